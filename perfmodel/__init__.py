@@ -1,0 +1,14 @@
+"""perfmodel: an analytical performance model and parallelism tuner for LLM training.
+
+Python API (see README): ``load_model``, ``load_gpu``, ``ClusterSpec.build``, ``ParallelSpec``,
+``JobSpec``, ``estimate``; ``search`` returns candidates as a DataFrame, best first.
+"""
+from perfmodel.catalog import load_gpu, load_model
+from perfmodel.errors import InputError
+from perfmodel.estimate import Estimate, estimate
+from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+
+__all__ = [
+    "load_model", "load_gpu", "estimate", "Estimate", "InputError",
+    "AcceleratorSpec", "ClusterSpec", "JobSpec", "ModelSpec", "ParallelSpec",
+]

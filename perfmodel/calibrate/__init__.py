@@ -1,0 +1,1 @@
+"""Calibration: parse measured inputs and fit the model's few physical parameters."""

@@ -1,0 +1,63 @@
+"""Shared CSV reading for the parsers: keeps each row's file line for error messages.
+
+Leading ``#`` lines (provenance headers) are skipped; the first other line is the header.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InputError
+
+
+def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
+    """(all cells as str, file line of each row, file line of the header)."""
+    path = Path(path)
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        reader = csv.reader(fh)
+        header: list[str] | None = None
+        header_line = 0
+        rows: list[list[str]] = []
+        lines: list[int] = []
+        for record in reader:
+            if header is None:
+                if not record or record[0].lstrip().startswith("#"):
+                    continue
+                header, header_line = [c.strip() for c in record], reader.line_num
+                continue
+            if not any(c.strip() for c in record):
+                continue
+            if len(record) != len(header):
+                raise InputError("csv row", f"expected {len(header)} cells, got {len(record)}",
+                                 f"{path}:{reader.line_num}")
+            rows.append(record)
+            lines.append(reader.line_num)
+    if header is None:
+        raise InputError("csv header", "file is empty (no header line)", f"{path}:1")
+    return pd.DataFrame(rows, columns=header, dtype=object), lines, header_line
+
+
+def require_columns(df: pd.DataFrame, required: list[str], path: str | Path,
+                    header_line: int) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise InputError("csv columns", f"missing required column(s) {missing}; "
+                         f"found {list(df.columns)}", f"{path}:{header_line}")
+
+
+def to_numeric(df: pd.DataFrame, columns: list[str], lines: list[int],
+               path: str | Path, *, integer: bool = False) -> None:
+    """Convert ``columns`` in place (blank -> NaN); a non-numeric cell -> InputError."""
+    for col in columns:
+        cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
+        values = pd.to_numeric(cells.where(cells != "", None), errors="coerce")
+        bad = values.isna() & (cells != "") & (cells.str.lower() != "nan")
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(col, f"not a number: {cells.iloc[i]!r}", f"{path}:{lines[i]}")
+        if integer and values.notna().all() and (values == values.round()).all():
+            values = values.astype("int64")
+        df[col] = values

@@ -1,0 +1,269 @@
+"""nccl-tests stdout (``all_reduce_perf`` & co.) -> one result per benchmark table.
+
+Format: NVIDIA/nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md`` (REFERENCES.md §3a).
+Times are µs, bandwidths GB/s with GB = 1e9 bytes. The header line names the columns, so
+both the current ``#wrong`` layout and the older ``error`` / no-``root`` layouts parse.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InputError
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
+                     "broadcast", "reduce", "gather", "scatter"]
+
+ROW_COLUMNS = ["size_bytes", "count", "dtype", "redop", "root",
+               "oop_time_us", "oop_algbw_gb_per_s", "oop_busbw_gb_per_s", "oop_wrong",
+               "ip_time_us", "ip_algbw_gb_per_s", "ip_busbw_gb_per_s", "ip_wrong"]
+_TEXT_COLUMNS = {"dtype", "redop"}
+
+# Binary / file-name spellings of each collective (``all_reduce_perf``, ``alltoall_output``).
+_OP_ALIASES: dict[str, Collective] = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "sendrecv": "send_recv", "broadcast": "broadcast",
+    "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+}
+_OPS = (r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broadcast|gather|"
+        r"scatter|reduce)")
+_OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run or announced
+_OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
+_PREFIX_RE = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|#|$))")
+_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
+                      r"\s+\[[^\]]*\]\s+(.*\S)")
+_VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
+_DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "half": 2, "float16": 2, "bfloat16": 2,
+                "fp16": 2, "bf16": 2, "float": 4, "int32": 4, "uint32": 4, "int": 4,
+                "double": 8, "int64": 8, "uint64": 8, "f8e4m3": 1, "f8e5m2": 1}
+
+
+def busbw_factor(op: str, n_ranks: int) -> float:
+    """busbw / algbw as nccl-tests defines it (doc/PERFORMANCE.md).
+
+    all_reduce: 2(n-1)/n; all_gather, reduce_scatter, all_to_all (and gather/scatter):
+    (n-1)/n; broadcast, reduce, send_recv: 1.
+    """
+    n = n_ranks
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "send_recv"):
+        return 1.0
+    raise InputError("op", f"unknown collective {op!r}")
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    """One nccl-tests table with what the surrounding output says about the run."""
+
+    op: Collective | None
+    """Collective; None only when neither the text, the file name nor the rows decide it."""
+    op_source: Literal["text", "filename", "rows"] | None
+    """Where ``op`` came from: a ``*_perf`` name in the output, the file name, or the rows."""
+    n_ranks: int | None
+    """Ranks in the communicator: the ``#  Rank`` lines, else inferred from busbw/algbw."""
+    n_ranks_source: Literal["rank_lines", "bw_ratio"] | None
+    n_nodes: int | None
+    """Distinct host names in the ``#  Rank`` lines; None without them."""
+    device_name: str | None
+    """GPU name printed on the first ``#  Rank`` line, e.g. ``NVIDIA H100 80GB HBM3``."""
+    nccl_version: str | None
+    """``2.18.5`` from ``NCCL version`` lines or decoded from ``nccl-library=22807``."""
+    avg_busbw_gb_per_s: float | None
+    """The ``# Avg bus bandwidth`` trailer, when printed."""
+    first_line: int
+    """1-based line of the table's first data row (for messages and provenance)."""
+    rows: pd.DataFrame
+    """One row per message size; columns ``ROW_COLUMNS``; NaN where a cell is ``N/A``."""
+
+
+def _strip_prefix(line: str) -> str:
+    return _PREFIX_RE.sub("", line.rstrip("\n"), count=1).strip()
+
+
+def _header_columns(tokens: list[str]) -> list[str] | None:
+    """Map a ``# size count type ...`` header to ROW_COLUMNS names, or None if not a header."""
+    names = [t.lstrip("#").lower() for t in tokens if t != "#"]
+    if not names or names[0] != "size" or "algbw" not in names:
+        return None
+    simple = {"size": "size_bytes", "count": "count", "type": "dtype", "redop": "redop",
+              "root": "root"}
+    out: list[str] = []
+    seen_time = 0
+    for name in names:
+        if name in simple:
+            out.append(simple[name])
+            continue
+        if name == "time":
+            seen_time += 1
+        side = "oop" if seen_time <= 1 else "ip"
+        metric = {"time": "time_us", "algbw": "algbw_gb_per_s", "busbw": "busbw_gb_per_s",
+                  "wrong": "wrong", "error": "wrong"}.get(name)
+        if metric is None:
+            return None
+        out.append(f"{side}_{metric}")
+    return out
+
+
+def _cell(token: str, column: str, where: str) -> float | str:
+    if column in _TEXT_COLUMNS:
+        return token
+    if token.upper() == "N/A":
+        return np.nan
+    try:
+        return float(token)
+    except ValueError:
+        raise InputError("nccl-tests row", f"column {column} is not numeric: {token!r}",
+                         where) from None
+
+
+def _op_from_text(text: str, pattern: re.Pattern = _OP_TEXT_RE) -> Collective | None:
+    m = pattern.search(text)
+    return _OP_ALIASES[m.group(1).lower().replace("_", "")] if m else None
+
+
+def _op_from_rows(rows: pd.DataFrame, n_ranks: int | None) -> Collective | None:
+    """all_reduce / reduce_scatter / broadcast / reduce from size vs count; all_gather and
+    all_to_all look the same in the numbers, so those stay None."""
+    row = rows.iloc[-1]
+    typesize = _DTYPE_BYTES.get(str(row["dtype"]).lower())
+    if typesize is None or not row["count"]:
+        return None
+    per_rank = row["size_bytes"] == row["count"] * typesize
+    has_root = row["root"] >= 0
+    if row["redop"] in ("none", "N/A"):
+        return "broadcast" if has_root and per_rank else None
+    if per_rank:
+        return "reduce" if has_root else "all_reduce"
+    total = n_ranks and row["size_bytes"] == row["count"] * typesize * n_ranks
+    return "reduce_scatter" if total else None
+
+
+def _n_ranks_from_bw(op: str | None, rows: pd.DataFrame) -> int | None:
+    """Invert busbw_factor on the row with the largest algbw (best rounding)."""
+    best = rows.loc[rows["oop_algbw_gb_per_s"].idxmax()]
+    if op is None or best["oop_algbw_gb_per_s"] <= 0:
+        return None
+    ratio = best["oop_busbw_gb_per_s"] / best["oop_algbw_gb_per_s"]
+    if op == "all_reduce" and ratio < 2.0:
+        n = 2.0 / (2.0 - ratio)
+    elif op in ("all_gather", "reduce_scatter", "all_to_all") and ratio < 1.0:
+        n = 1.0 / (1.0 - ratio)
+    else:
+        return None
+    n_int = int(round(n))  # printed values have 2 decimals; refuse an ambiguous rounding
+    return n_int if n_int >= 2 and abs(n - n_int) <= 0.3 else None
+
+
+def _nccl_version(text: str) -> str | None:
+    m = _VERSION_RE.search(text)
+    if not m:
+        return None
+    if m.group(1):
+        return m.group(1)
+    code = int(m.group(2))  # NCCL_VERSION_CODE: X*10000+Y*100+Z since 2.9, else X*1000+Y*100+Z
+    if code >= 20900:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data: list[list],
+            columns: list[str], first_line: int, avg: float | None,
+            file_version: str | None) -> NcclTestsResult:
+    rows = pd.DataFrame(data, columns=columns)
+    for col in ROW_COLUMNS:
+        if col not in rows:
+            rows[col] = -1.0 if col == "root" else np.nan
+    rows = rows[ROW_COLUMNS]
+    rows = rows.astype({c: "int64" for c in ("size_bytes", "count", "root")})
+    text = "\n".join(ctx)
+    op, op_source = _op_from_text(text), "text"
+    if op is None:
+        op, op_source = _op_from_text(path.name, _OP_NAME_RE), "filename"
+    n_ranks = len(ranks) or None
+    if op is None:
+        op, op_source = _op_from_rows(rows, n_ranks), "rows"
+    n_source = "rank_lines" if n_ranks else None
+    if n_ranks is None:
+        n_ranks = _n_ranks_from_bw(op, rows)
+        n_source = "bw_ratio" if n_ranks else None
+    hosts = {h for h, _ in ranks.values()}
+    return NcclTestsResult(
+        op=op, op_source=op_source if op else None, n_ranks=n_ranks, n_ranks_source=n_source,
+        n_nodes=len(hosts) or None,
+        device_name=ranks[min(ranks)][1] if ranks else None,
+        nccl_version=_nccl_version(text) or file_version, avg_busbw_gb_per_s=avg,
+        first_line=first_line, rows=rows)
+
+
+def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
+    """Every benchmark table in an nccl-tests output file, in file order."""
+    path = Path(path)
+    lines = path.read_text(errors="replace").splitlines()
+    file_version = _nccl_version("\n".join(lines))
+    results: list[NcclTestsResult] = []
+    ctx: list[str] = []
+    ranks: dict[int, tuple[str, str]] = {}
+    columns: list[str] | None = None
+    data: list[list] = []
+    first_line = 0
+    avg: float | None = None
+
+    def flush() -> None:
+        nonlocal ctx, ranks, columns, data, avg
+        if columns is not None and data:
+            results.append(_finish(path, ctx, ranks, data, columns, first_line, avg,
+                                   file_version))
+        ctx, ranks, columns, data, avg = [], {}, None, [], None
+
+    for lineno, raw in enumerate(lines, start=1):
+        line = _strip_prefix(raw)
+        tokens = line.split()
+        if not tokens:
+            continue
+        header = _header_columns(tokens) if line.startswith("#") else None
+        if header is not None:
+            if data:  # a new table without a trailer in between
+                flush()
+            columns = header
+            continue
+        if line.startswith("#"):
+            m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", line)
+            if m and columns is not None:
+                avg = float(m.group(1))
+            elif data and re.match(r"#\s*(Out of bounds|Avg bus|Collective test concluded)",
+                                   line) is None:
+                flush()
+            rank = _RANK_RE.match(line)
+            if rank:
+                ranks[int(rank.group(1))] = (rank.group(2), rank.group(3))
+            if not data and "Collective test concluded" not in line:
+                ctx.append(line)
+            continue
+        if columns is not None and re.fullmatch(r"\d+", tokens[0]):
+            where = f"{path}:{lineno}"
+            if len(tokens) != len(columns):
+                raise InputError("nccl-tests row", f"expected {len(columns)} columns, got "
+                                 f"{len(tokens)} (truncated line?)", where)
+            if not data:
+                first_line = lineno
+            data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
+        elif not data:
+            ctx.append(line)  # command lines such as ``./build/all_reduce_perf -b 8``
+    flush()
+    if not results:
+        raise InputError("nccl-tests output", "no data rows found (expected a '#  size  count"
+                         "  type ...' header followed by numeric rows)", f"{path}:1")
+    return results
+
+
+def parse_nccl_tests(path: str | Path) -> NcclTestsResult:
+    """The first (usually only) benchmark table of an nccl-tests output file."""
+    return parse_nccl_tests_all(path)[0]

@@ -1,0 +1,50 @@
+"""Measured-runs CSV in the canonical schema of ``data/README.md`` -> DataFrame.
+
+Integer columns stay int64 when complete and become float64 (NaN) when a cell is blank;
+text columns are str with blanks as NaN. Unknown extra columns are kept as text.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
+
+REQUIRED_COLUMNS = ["run_id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads",
+                    "seq_len", "gpu", "n_gpus", "tp", "pp", "dp", "global_batch", "framework"]
+INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
+               "vocab_size", "seq_len", "tied_embeddings", "n_experts", "moe_top_k", "n_gpus",
+               "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero_stage",
+               "micro_batch", "global_batch"]
+FLOAT_COLUMNS = ["scale_out_gbit_per_s_per_node", "iteration_time_s", "tokens_per_s_per_gpu",
+                 "tflops_per_gpu", "mfu", "hfu"]
+TEXT_COLUMNS = ["run_id", "source", "model_name", "mlp", "gpu", "network", "zeropp",
+                "recompute", "precision", "framework", "target", "derived_fields", "notes"]
+# Column order of the schema (data/README.md "Schema").
+SCHEMA_COLUMNS = ["run_id", "source", "model_name", "n_layers", "hidden_size",
+                  "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size", "seq_len", "mlp",
+                  "tied_embeddings", "n_experts", "moe_top_k", "gpu", "n_gpus", "gpus_per_node",
+                  "scale_out_gbit_per_s_per_node", "network", "tp", "pp", "dp", "cp", "ep",
+                  "vpp", "sp", "zero_stage", "zeropp", "micro_batch", "global_batch",
+                  "recompute", "precision", "framework", "iteration_time_s",
+                  "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu", "target",
+                  "derived_fields", "notes"]
+
+
+def read_runs_csv(path: str | Path) -> pd.DataFrame:
+    """Every schema column present (absent optional ones added as NaN), then any extras."""
+    df, lines, header_line = read_csv_text(path)
+    require_columns(df, REQUIRED_COLUMNS, path, header_line)
+    for col in SCHEMA_COLUMNS:
+        if col not in df.columns:
+            df[col] = np.nan
+    for col in INT_COLUMNS:
+        to_numeric(df, [col], lines, path, integer=True)
+    to_numeric(df, FLOAT_COLUMNS, lines, path)
+    for col in [c for c in df.columns if c not in INT_COLUMNS + FLOAT_COLUMNS]:
+        cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
+        df[col] = cells.where(cells != "", np.nan)
+    extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
+    return df[SCHEMA_COLUMNS + extras]

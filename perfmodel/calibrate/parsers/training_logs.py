@@ -1,0 +1,113 @@
+"""Training-log lines -> one row per logged iteration (REFERENCES.md §3c).
+
+Recognised lines (a ``[rankN]:`` / ``N: `` launcher prefix is allowed anywhere before them):
+- Megatron-LM ``iteration N/M | ... elapsed time per iteration (ms): X | throughput per GPU
+  (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``);
+- Megatron-Kwai: the same with ``tokens per sec per gpu: Z``;
+- Megatron-DeepSpeed: ``samples/sec: S | iteration N/M | ... approx flops per GPU: 112.9TFLOPS``;
+- DeepSpeed ThroughputTimer ``global_step=G, ..., CurrSamplesPerSec=S``;
+- DeepSpeed flops profiler block ``Profile Summary at step N`` ... ``iter latency`` ...;
+- torchtitan ``step: N ... tps: 1,234  tflops: 3.15  mfu: 0.32%``.
+Each source's own TFLOP/s uses its own FLOP convention; calibrate on time or tokens/s.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.errors import InputError
+
+COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
+           "samples_per_s", "mfu", "framework", "line"]
+_NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][+-]?\d+)?)"
+_MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+_ELAPSED_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
+_MEGATRON_TFLOP = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
+_KWAI_TOKENS = re.compile(r"tokens per sec per gpu:\s*" + _NUM)
+_MDS_SAMPLES = re.compile(r"samples/sec:\s*" + _NUM)
+_MDS_TFLOP = re.compile(r"approx flops per GPU:\s*" + _NUM + r"\s*TFLOPS")
+_DS_TIMER = re.compile(r"global_step=(\d+),.*?CurrSamplesPerSec=" + _NUM)
+_DS_TIMER_OLD = re.compile(r"\b\d+/(\d+), SamplesPerSec=" + _NUM)
+_TITAN = re.compile(r"\bstep:\s*(\d+)\s.*?\btps:\s*" + _NUM + r"(?:.*?\btflops:\s*" + _NUM +
+                    r")?(?:.*?\bmfu:\s*(?:" + _NUM + r"%|N/A))?")
+_PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
+_ITER_LATENCY = re.compile(r"^\s*iter latency:\s*" + _NUM + r"\s*(s|ms|us)\b")
+_PROFILE_TFLOP = re.compile(r"^\s*fwd\+bwd FLOPS per GPU.*:\s*" + _NUM + r"\s*TFLOPS")
+_PROFILE_SAMPLES = re.compile(r"^\s*samples/second:\s*" + _NUM)
+_UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _f(m: re.Match | None, group: int = 1) -> float:
+    if m is None or m.group(group) is None:
+        return np.nan
+    return float(m.group(group).replace(",", ""))
+
+
+def _row(iteration: float, framework: str, line: int, *, time_s: float = np.nan,
+         tokens: float = np.nan, tflop: float = np.nan, samples: float = np.nan,
+         mfu: float = np.nan) -> dict:
+    return {"iteration": iteration, "iteration_time_s": time_s, "tokens_per_s_per_gpu": tokens,
+            "tflop_per_s_per_gpu": tflop, "samples_per_s": samples, "mfu": mfu,
+            "framework": framework, "line": line}
+
+
+def _parse_line(text: str, lineno: int) -> dict | None:
+    it = _MEGATRON_IT.search(text)
+    if it and _ELAPSED_MS.search(text):
+        time_s = _f(_ELAPSED_MS.search(text)) * 1e-3
+        if _KWAI_TOKENS.search(text):
+            return _row(int(it.group(1)), "megatron-kwai", lineno, time_s=time_s,
+                        tokens=_f(_KWAI_TOKENS.search(text)))
+        if _MDS_SAMPLES.search(text) or _MDS_TFLOP.search(text):
+            return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
+                        tflop=_f(_MDS_TFLOP.search(text)), samples=_f(_MDS_SAMPLES.search(text)))
+        return _row(int(it.group(1)), "megatron-lm", lineno, time_s=time_s,
+                    tflop=_f(_MEGATRON_TFLOP.search(text)))
+    ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
+    if ds:
+        return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 2))
+    titan = _TITAN.search(text)
+    if titan:
+        return _row(int(titan.group(1)), "torchtitan", lineno, tokens=_f(titan, 2),
+                    tflop=_f(titan, 3), mfu=_f(titan, 4) / 100.0)
+    return None
+
+
+def parse_training_log(path: str | Path) -> pd.DataFrame:
+    """One row per iteration line, columns ``COLUMNS``; NaN where a line lacks a field.
+
+    ``line`` is the 1-based line number; ``mfu`` is a fraction (torchtitan only).
+    """
+    path = Path(path)
+    rows: list[dict] = []
+    profile: dict | None = None  # the DeepSpeed flops-profiler block being read
+    for lineno, raw in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        text = re.sub(r"^\s*(?:\[rank\d+\]:|\d+:\s)", "", raw)
+        step = _PROFILE_STEP.search(text)
+        if step:
+            profile = _row(int(step.group(1)), "deepspeed", lineno)
+            rows.append(profile)
+            continue
+        if profile is not None and lineno - profile["line"] > 60:
+            profile = None  # a summary block is ~40 lines; stop if it never closed
+        if profile is not None:
+            lat = _ITER_LATENCY.search(text)
+            if lat:
+                profile["iteration_time_s"] = _f(lat) * _UNIT_S[lat.group(2)]
+            elif _PROFILE_TFLOP.search(text):
+                profile["tflop_per_s_per_gpu"] = _f(_PROFILE_TFLOP.search(text))
+            elif _PROFILE_SAMPLES.search(text):
+                profile["samples_per_s"] = _f(_PROFILE_SAMPLES.search(text))
+                profile = None  # the last summary field
+            continue
+        row = _parse_line(text, lineno)
+        if row is not None:
+            rows.append(row)
+    if not rows:
+        raise InputError("training log", "no iteration lines found (expected "
+                         "Megatron/DeepSpeed/torchtitan format)", f"{path}:1")
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.astype({"iteration": "int64", "line": "int64"})

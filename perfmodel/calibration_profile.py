@@ -1,0 +1,100 @@
+"""A calibrated profile: fitted constants and framework parameters, with provenance.
+
+Written by ``perfmodel calibrate``; applied by ``--calibration FILE`` everywhere. When no file
+is given, the shipped ``calibration/default_profile.yaml`` is used if present, so the defaults
+are the fitted values. Every value overrides a default of ``CostConstants`` /
+``FrameworkProfile`` / the GPU profile; what a file does not name keeps its default.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfmodel.constants import CostConstants
+from perfmodel.errors import InputError, from_validation_error
+from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
+from perfmodel.specs.hardware import AcceleratorSpec
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
+
+GPU_OVERRIDABLE = {"matmul_efficiency_max", "intra_node_latency_us", "scale_out_latency_us"}
+
+
+class Calibration(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    constants: dict[str, float] = Field(default_factory=dict, description="Overrides of CostConstants.")
+    frameworks: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-framework overrides.")
+    gpus: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-GPU overrides.")
+    networks: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="Per scale-out fabric (lower-case name): congestion_nodes, the node count at which "
+        "the fabric delivers half its per-NIC bandwidth to a job-wide collective.",
+    )
+    provenance: dict[str, Any] = Field(default_factory=dict, description="Inputs, SHA-256, residuals, date.")
+
+    def cost_constants(self) -> CostConstants:
+        return CostConstants(**self.constants)
+
+    def framework(self, name: str | None) -> FrameworkProfile:
+        base = framework_profile(name)
+        key = (name or "generic").lower()
+        key = key if key in PROFILES else "generic"
+        over = self.frameworks.get(key, {})
+        return base.model_copy(update=over) if over else base
+
+    def congestion_nodes(self, network: str | None) -> float:
+        """Nodes at which the fabric's delivered bandwidth halves (inf: no congestion modelled)."""
+        return float(self.networks.get((network or "").strip().lower(), {}).get("congestion_nodes", float("inf")))
+
+    def gpu(self, spec: AcceleratorSpec) -> AcceleratorSpec:
+        over = self.gpus.get(spec.name, {})
+        return spec.model_copy(update=over) if over else spec
+
+
+EMPTY = Calibration()
+
+
+def load_calibration(path: str | Path | None) -> Calibration:
+    """The calibration in ``path``; with None, the shipped default profile (or none)."""
+    if path is None:
+        return _default()
+    return _load(str(path))
+
+
+@lru_cache(maxsize=1)
+def _default() -> Calibration:
+    if DEFAULT_PROFILE_PATH.is_file():
+        return _load(str(DEFAULT_PROFILE_PATH))
+    return EMPTY
+
+
+@lru_cache(maxsize=16)
+def _load(path_str: str) -> Calibration:
+    path = Path(path_str)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise InputError("calibration", f"cannot read file ({exc.strerror})", where=str(path)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError("calibration", "not valid YAML", where=f"{path}:{mark.line + 1}" if mark else str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
+    try:
+        cal = Calibration(**data)
+        cal.cost_constants()
+        for name, over in cal.frameworks.items():
+            FrameworkProfile(**{**framework_profile(name).model_dump(), **over})
+        for name, over in cal.gpus.items():
+            bad = set(over) - GPU_OVERRIDABLE
+            if bad:
+                raise InputError(f"calibration.gpus.{name}", f"only {sorted(GPU_OVERRIDABLE)} can be overridden (got {sorted(bad)})", where=str(path))
+    except ValidationError as exc:
+        raise from_validation_error(exc, "calibration", where=str(path)) from None
+    return cal

@@ -1,0 +1,135 @@
+"""The catalog: built-in models and GPUs by name, or a user's file.
+
+``load_model`` takes a catalog name, a model YAML (the fields of ``ModelSpec``) or a Hugging
+Face ``config.json``; ``load_gpu`` takes a catalog name or a hardware-profile YAML.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from perfmodel.errors import InputError, from_validation_error
+from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.specs.model import ModelSpec
+
+CATALOG_DIR = Path(__file__).resolve().parent
+PROFILES_DIR = CATALOG_DIR.parents[1] / "hardware_profiles"
+
+
+def _read_yaml(path: Path, field: str) -> object:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise InputError(field, "not valid YAML", where=where) from None
+    except OSError as exc:
+        raise InputError(field, f"cannot read file ({exc.strerror})", where=str(path)) from None
+
+
+@lru_cache(maxsize=1)
+def _model_table() -> dict:
+    return yaml.safe_load((CATALOG_DIR / "models.yaml").read_text())
+
+
+def model_names() -> list[str]:
+    return sorted(_model_table())
+
+
+def gpu_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def _looks_like_path(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+
+
+def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
+    """Map a Hugging Face config.json (Llama/Mistral/Qwen style or GPT-2 style) to a ModelSpec."""
+    def pick(*keys, default=None):
+        for k in keys:
+            if cfg.get(k) is not None:
+                return cfg[k]
+        return default
+
+    hidden = pick("hidden_size", "n_embd", "d_model")
+    layers = pick("num_hidden_layers", "n_layer", "num_layers")
+    heads = pick("num_attention_heads", "n_head")
+    if hidden is None or layers is None or heads is None:
+        raise InputError("model", "config.json needs hidden_size, num_hidden_layers and num_attention_heads", where=where)
+    act = str(pick("hidden_act", "activation_function", default="gelu")).lower()
+    gated = act in ("silu", "swiglu", "swish") or "llama" in str(cfg.get("model_type", "")).lower()
+    ffn = pick("intermediate_size", "n_inner", "ffn_dim", default=None) or 4 * hidden
+    data = dict(
+        name=name,
+        n_layers=layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        n_heads=heads,
+        n_kv_heads=pick("num_key_value_heads", default=heads),
+        vocab_size=pick("vocab_size", default=32000),
+        mlp="swiglu" if gated else "gelu",
+        tied_embeddings=bool(pick("tie_word_embeddings", default=not gated)),
+        learned_pos_emb=cfg.get("model_type") in ("gpt2", "opt", "gpt_bigcode"),
+        max_seq_len=pick("max_position_embeddings", "n_positions", "n_ctx"),
+        source=where,
+    )
+    try:
+        return ModelSpec(**data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "model", where=where) from None
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A ModelSpec from a catalog name, a YAML file or a Hugging Face config.json."""
+    table = _model_table()
+    if ref in table:
+        return ModelSpec(name=ref, **table[ref])
+    if not _looks_like_path(ref):
+        raise InputError("model", f"unknown model '{ref}' (known: {', '.join(model_names())}; or a .yaml/config.json path)")
+    path = Path(ref)
+    if not path.is_file():
+        raise InputError("model", f"no such file '{ref}'")
+    if path.suffix == ".json":
+        try:
+            cfg = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError("model", f"not valid JSON ({exc.msg})", where=f"{path}:{exc.lineno}") from None
+        if not isinstance(cfg, dict):
+            raise InputError("model", "config.json must hold a JSON object", where=str(path))
+        return _model_from_hf_config(cfg, path.parent.name or path.stem, str(path))
+    data = _read_yaml(path, "model")
+    if not isinstance(data, dict):
+        raise InputError("model", "model YAML must be a mapping of ModelSpec fields", where=str(path))
+    data.setdefault("name", path.stem)
+    try:
+        return ModelSpec(**data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "model", where=str(path)) from None
+
+
+@lru_cache(maxsize=64)
+def _load_gpu_file(path_str: str) -> AcceleratorSpec:
+    path = Path(path_str)
+    data = _read_yaml(path, "gpu")
+    if not isinstance(data, dict):
+        raise InputError("gpu", "hardware profile must be a mapping", where=str(path))
+    data.setdefault("name", path.stem)
+    try:
+        return AcceleratorSpec(**data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "gpu", where=str(path)) from None
+
+
+def load_gpu(ref: str) -> AcceleratorSpec:
+    """An AcceleratorSpec from a catalog name (hardware_profiles/NAME.yaml) or a YAML path."""
+    path = PROFILES_DIR / f"{ref}.yaml"
+    if path.is_file():
+        return _load_gpu_file(str(path))
+    if _looks_like_path(ref) and Path(ref).is_file():
+        return _load_gpu_file(str(Path(ref).resolve()))
+    raise InputError("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")

@@ -1,0 +1,188 @@
+"""The command line: thin typer commands over the library.
+
+Bad input of any kind ends in one ``error: <field>: <rule>`` line on stderr and exit code 2
+(CONTRACT.md); a run that worked but found nothing usable exits 1.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+
+from perfmodel.errors import InputError, from_validation_error
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Analytical performance model and parallelism tuner for LLM training.",
+    pretty_exceptions_enable=False,
+)
+
+# ---- shared options -------------------------------------------------------------------------
+ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name, model YAML or HF config.json.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the job.")]
+BatchOpt = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
+SeqOpt = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")]
+GpnOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: the GPU's).")]
+ScaleOutOpt = Annotated[
+    Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
+]
+NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'IB NDR', 'EFA').")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4.")]
+FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
+CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def fail(exc: Exception) -> None:
+    """Print one error line and exit 2."""
+    if isinstance(exc, ValidationError):
+        exc = from_validation_error(exc)
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(2)
+
+
+def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
+    from perfmodel.catalog import load_gpu
+    from perfmodel.specs import ClusterSpec
+
+    if gpus <= 0:
+        raise InputError("gpus", f"must be a positive integer (got {gpus})")
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
+    if scale_out is not None and scale_out <= 0:
+        raise InputError("scale_out_gbit_per_s", f"must be positive (got {scale_out})")
+    spec = load_gpu(gpu)
+    gpn = gpus_per_node or min(spec.default_gpus_per_node, gpus)
+    return ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
+
+
+def build_job(global_batch, seq_len, precision, framework):
+    from perfmodel.specs import JobSpec
+
+    try:
+        return JobSpec(global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def _fmt_table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
+
+
+@app.command()
+def estimate(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    gpus: GpusOpt,
+    global_batch: BatchOpt,
+    seq_len: SeqOpt = 2048,
+    gpus_per_node: GpnOpt = None,
+    scale_out_gbit_per_s: ScaleOutOpt = None,
+    network: NetworkOpt = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
+    dp: Annotated[Optional[int], typer.Option(help="Data-parallel size (default: gpus/(tp*pp*cp)).")] = None,
+    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per micro-batch.")] = 1,
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
+    zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3.")] = 1,
+    zeropp: Annotated[str, typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = "",
+    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    precision: PrecisionOpt = "bf16",
+    framework: FrameworkOpt = "megatron-lm",
+    calibration: CalibrationOpt = None,
+    json_out: JsonOpt = False,
+):
+    """Predict one configuration: step time, throughput, MFU and memory, with breakdowns."""
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.catalog import load_model
+    from perfmodel.estimate import check_model_split, derive_dp, estimate as run_estimate
+    from perfmodel.specs import ParallelSpec
+
+    try:
+        spec = load_model(model)
+        cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
+        job = build_job(global_batch, seq_len, precision, framework)
+        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
+            if value <= 0:
+                raise InputError(name, f"must be a positive integer (got {value})")
+        check_model_split(spec, tp, pp)
+        dp_value = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
+        try:
+            par = ParallelSpec(
+                tp=tp, pp=pp, dp=dp_value, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,
+                zero_stage=zero_stage, zeropp=zeropp, recompute=recompute,
+            )
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+        cal = load_calibration(calibration)
+        est = run_estimate(spec, cluster, par, job, cal)
+    except (InputError, ValidationError) as exc:
+        fail(exc)
+    if json_out:
+        typer.echo(json.dumps(est.to_dict(), indent=2))
+        return
+    typer.echo(
+        f"{spec.name} on {gpus} x {cluster.gpu.name}: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
+        f"vpp={par.vpp} mb={par.micro_batch} sp={par.sp} zero={par.zero_stage} recompute={par.recompute}"
+    )
+    typer.echo(_fmt_table([
+        ("iteration time", f"{est.iteration_time_s:.3f} s"),
+        ("tokens/s/GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
+        ("MFU", f"{est.mfu:.1%}"),
+        ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:.0f} ({'fits' if est.fits else 'DOES NOT FIT'})"),
+    ]))
+    typer.echo("time breakdown (s):")
+    typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
+    typer.echo("memory breakdown (GiB):")
+    typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
+
+
+@app.command()
+def validate(
+    runs_csv: Annotated[Path, typer.Argument(help="Runs CSV in the runs schema.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the predictions CSV.")],
+    calibration: CalibrationOpt = None,
+):
+    """Predict every row of a runs CSV and report the error against the measured throughput."""
+    import pandas as pd
+
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import error_table, predict_runs
+
+    try:
+        df = read_runs_csv(runs_csv)
+        pred = predict_runs(df, load_calibration(calibration))
+    except (InputError, ValidationError) as exc:
+        fail(exc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pred.to_csv(out, index=False)
+    table, summary = error_table(df, pred)
+    with pd.option_context("display.width", 160, "display.max_rows", 200):
+        typer.echo("tokens/s/GPU absolute percentage error per source:")
+        typer.echo(table.round(1).to_string())
+    typer.echo(
+        f"rows {summary['rows']}, ok {summary['ok']} ({summary['ok_fraction']:.1%}), scored {summary['scored']}; "
+        f"MAPE overall {summary['mape_pct']:.1f}%, macro-averaged over sources {summary['macro_mape_pct']:.1f}%"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except InputError as exc:  # anything that escaped a command
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Hardware-efficiency constants shared by all frameworks, each with a physical meaning.
+
+Defaults come from public measurements; ``perfmodel calibrate`` refits them and writes them
+into a calibrated profile, which ``--calibration FILE`` applies.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CostConstants(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attn_efficiency_max: float = Field(
+        0.55, gt=0, le=1,
+        description="Flash-attention fwd fraction of dense peak at long sequences "
+        "(FA2 on A100 ~ 190-230 of 312 TFLOP/s; FA3 on H100 ~ 600 of 989; kernels.csv).",
+    )
+    attn_seq_half: float = Field(
+        512.0, gt=0, description="Key length (tokens) at which flash attention reaches half its best rate."
+    )
+    attn_bwd_over_fwd: float = Field(2.5, gt=0, description="Flash-attention backward / forward time (5 vs 2 matmuls).")
+    nonflash_attn_efficiency: float = Field(
+        0.45, gt=0, le=1, description="Batched-GEMM attention (QK^T, AV) fraction of peak, unfused softmax aside."
+    )
+    elementwise_bytes_per_h: float = Field(
+        16.0, gt=0, description="Passes over an s*b*h activation per layer forward (norms, residuals, dropout, rope)."
+    )
+    nvlink_efficiency: float = Field(
+        0.80, gt=0, le=1.2, description="Achieved NVLink busbw / link rate (H100 ring ~370 of 450 GB/s, nccl-tests#212)."
+    )
+    nic_efficiency: float = Field(0.90, gt=0, le=1, description="Achieved inter-node busbw / NIC line rate.")
+    hbm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved / datasheet HBM bandwidth for streaming kernels.")
+    optimizer_bytes_per_param: float = Field(
+        36.0, gt=0, description="HBM traffic of one Adam step per parameter (read p,g,m,v fp32; write p,m,v; bf16 copy)."
+    )
+    fp8_matmul_efficiency_ratio: float = Field(
+        0.88, gt=0, le=1.2,
+        description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak): H100 70.9% / 80.3% (kernels.csv).",
+    )
+
+
+DEFAULT_CONSTANTS = CostConstants()

@@ -1,0 +1,78 @@
+"""Collective communication time: an alpha-beta model over two network tiers.
+
+A process group of n ranks placed with a stride (ranks i, i+stride, ...; Megatron-Core order
+tp-cp-dp-pp) has k = members per NVLink domain. Hierarchical collectives (NCCL's tree / NVLS
+and the per-rail rings) move the intra-domain part over NVLink and the inter-domain part over
+the k NICs the group owns in each domain, the two parts pipelined:
+
+    t = max(f_op(k) S / bw_nvlink,  f_op(N) S / (k bw_nic)) + latency,   N = n / k
+
+latency = alpha_intra inside a domain (a whole small NCCL collective there: 8-byte all-reduce on
+8 H100s takes ~13 us, shared/data/traces/nccl/aws_p5_1node_h100_allreduce.txt), and
+alpha_inter (1 + log2(N)/2) across N domains (tree depth grows with log N).
+
+with f_AR(n) = 2(n-1)/n and f_AG(n) = f_RS(n) = (n-1)/n (Patarasuk & Yuan 2009; nccl-tests
+doc/PERFORMANCE.md, whose busbw is exactly S f_op(n) / t). ``bw_nic`` is one GPU's share of its
+node's NICs: all GPUs of a node run their own groups at once (rail-optimized fabrics).
+S is nccl-tests' ``size``: the whole buffer (for all-gather / reduce-scatter the gathered size).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def op_factor(op: str, n):
+    """Bytes a rank moves per byte of S (nccl-tests' busbw / algbw factor)."""
+    n = np.asarray(n, dtype=float)
+    if op == "all_reduce":
+        return 2.0 * (n - 1.0) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1.0) / n
+    if op == "send_recv":
+        return np.ones_like(n)
+    raise ValueError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
+
+
+def members_per_domain(group_size, stride, domain_gpus):
+    """How many ranks of one group share an NVLink domain under the placement stride."""
+    group_size = np.asarray(group_size, dtype=float)
+    per_domain = np.floor(domain_gpus / np.maximum(stride, 1))
+    return np.clip(per_domain, 1.0, group_size)
+
+
+def collective_time_s(
+    op: str,
+    size_bytes,
+    group_size,
+    stride,
+    domain_gpus,
+    nvlink_bytes_per_s,
+    nic_bytes_per_s_per_gpu,
+    intra_latency_s,
+    inter_latency_s,
+):
+    """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks."""
+    n = np.asarray(group_size, dtype=float)
+    k = members_per_domain(n, stride, domain_gpus)
+    n_domains = np.maximum(n / k, 1.0)
+    crosses = n_domains > 1.0
+    if op == "send_recv":
+        bw = np.where(crosses, nic_bytes_per_s_per_gpu, nvlink_bytes_per_s)
+        t = size_bytes / bw + np.where(crosses, inter_latency_s, intra_latency_s)
+        return np.where(n > 1, t, 0.0)
+    if op == "all_to_all":
+        # each rank sends S/n to every other rank; (n-k)/n of S leaves the domain on its own NIC
+        intra = (k - 1.0) / n * size_bytes / nvlink_bytes_per_s
+        inter = (n - k) / n * size_bytes / nic_bytes_per_s_per_gpu
+    else:
+        intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
+        inter = op_factor(op, n_domains) * size_bytes / (k * nic_bytes_per_s_per_gpu)
+    latency = np.where(crosses, inter_latency_s * (1.0 + 0.5 * np.log2(n_domains)), intra_latency_s)
+    return np.where(n > 1, np.maximum(intra, inter) + latency, 0.0)
+
+
+def bus_bandwidth_bytes_per_s(op: str, size_bytes, group_size, time_s):
+    """nccl-tests busbw = algbw x op factor, algbw = S / t."""
+    return size_bytes / time_s * op_factor(op, group_size)

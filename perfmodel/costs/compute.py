@@ -1,0 +1,46 @@
+"""Compute time of the kernels of one transformer layer on one GPU.
+
+* GEMMs: a roofline over (FLOPs at the achievable tensor-core rate, bytes at HBM bandwidth),
+  where the achievable rate is the best-shape measured rate (MAMF, stas00/ml-engineering) times
+  a wave-quantization factor: C = M x N is cut into 128 x 256 output tiles spread over the SMs in
+  waves; a last, partial wave leaves SMs idle (NVIDIA, "Matrix Multiplication Background User's
+  Guide", sec. "Wave Quantization").
+* Flash attention: FLOPs at a fraction of peak that rises with the sequence length, as the
+  FlashAttention-2/3 benchmarks show (Dao 2023, Fig. 4-7; shared/data/kernels/kernels.csv).
+* Element-wise work (norms, activations, residuals, dropout): bytes moved at HBM bandwidth.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+TILE_M = 128
+TILE_N = 256
+KERNEL_LAUNCH_S = 4e-6  # per kernel, fixed overhead (launch + tail), typical CUDA figure
+
+
+def wave_efficiency(m, n, n_sms):
+    """Fraction of SM-slots doing useful work: tiles / (waves * SMs)."""
+    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
+    waves = np.ceil(tiles / n_sms)
+    return tiles / (waves * n_sms)
+
+
+def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0):
+    """Time of C[m,n] = A[m,k] B[k,n]: max(2mnk / achievable rate, bytes / HBM bandwidth) + launch."""
+    m = np.asarray(m, dtype=float)
+    flops = 2.0 * m * n * k
+    rate = peak_flop_per_s * matmul_efficiency_max * wave_efficiency(m, n, n_sms)
+    bytes_moved = bytes_per_element * (m * k + k * n + m * n)
+    return np.maximum(flops / rate, bytes_moved / hbm_bytes_per_s) + KERNEL_LAUNCH_S
+
+
+def flash_attention_efficiency(seq_len_kv, attn_efficiency_max, attn_seq_half):
+    """Achieved fraction of peak of a flash-attention kernel at key length s_kv:
+    eff_max * s / (s + s_half). Short sequences cannot fill the SMs (FlashAttention-2 Fig. 5-6)."""
+    s = np.asarray(seq_len_kv, dtype=float)
+    return attn_efficiency_max * s / (s + attn_seq_half)
+
+
+def elementwise_time_s(bytes_moved, hbm_bytes_per_s, hbm_efficiency=0.8):
+    """Memory-bound kernels at a fraction of HBM bandwidth (~80% is typical of a stream copy)."""
+    return bytes_moved / (hbm_bytes_per_s * hbm_efficiency)

@@ -1,0 +1,84 @@
+"""Memory per GPU: model states (ZeRO, Rajbhandari et al. 2020) and activations
+(Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4 and Table 2).
+
+Activations of one layer for one micro-batch, in bytes with 16-bit activations, s b h being
+the layer's input size. For GPT (MHA, ffn = 4h, GELU, dropout, no flash attention) these are
+exactly Korthikanti's Table 2:
+
+    tensor parallel           s b h (10 + 24/t + 5 a s / (h t))
+    + sequence parallel       s b h (34/t + 5 a s / (h t))
+    + selective recompute     s b h (10 + 24/t)        (34/t with SP)
+    full recompute            2 s b h                  (layer input only; /t with SP)
+
+Generalised term by term: the 10 s b h that TP alone does not split are the two norm inputs
+(4), the QKV and first-MLP inputs (4) and the two dropout masks (2); the 24/t part is Q and
+K (4, K scaled by kv/a for GQA), V (2, likewise), the projection input (2) and the MLP's
+intermediate tensors (2 bytes x 2 tensors x ffn for GELU, x 3 for SwiGLU). Flash attention
+(Dao et al. 2022) keeps no s x s tensors, only the fp32 log-sum-exp (4 a s b bytes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+
+
+def activation_bytes_per_layer(
+    seq_len,
+    micro_batch,
+    hidden_size,
+    ffn_hidden_size,
+    n_heads,
+    n_kv_heads,
+    mlp_matrices,
+    tp,
+    sp,
+    recompute,
+    flash_attention,
+    dropout,
+    seq_len_kv=None,
+):
+    """Bytes of activations one layer keeps for backward, for one micro-batch on one GPU.
+
+    ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
+    attention scores of non-flash attention.
+    """
+    s = np.asarray(seq_len, dtype=float)
+    s_kv = s if seq_len_kv is None else seq_len_kv
+    sbh = s * micro_batch * hidden_size
+    kv_ratio = np.asarray(n_kv_heads, dtype=float) / n_heads
+    sp_div = np.where(sp, tp, 1.0)
+    unsplit = (8.0 + 2.0 * dropout) * sbh / sp_div
+    mlp_intermediate = 2.0 * mlp_matrices * s * micro_batch * ffn_hidden_size
+    split = (2.0 + 2.0 * kv_ratio + 2.0 * kv_ratio + 2.0) * sbh + mlp_intermediate
+    scores = np.where(
+        flash_attention,
+        4.0 * n_heads * s * micro_batch,
+        (2.0 + 3.0 * dropout) * n_heads * s * s_kv * micro_batch,
+    )
+    scores = np.where(recompute == RECOMPUTE_SELECTIVE, 0.0, scores)
+    full = unsplit + (split + scores) / tp
+    return np.where(recompute == RECOMPUTE_FULL, 2.0 * sbh / sp_div, full)
+
+
+def in_flight_layers(n_layers, pp, vpp, n_micro):
+    """Layers' worth of activations the first pipeline stage holds at its peak.
+
+    1F1B: p micro-batches of l/p layers = l (Narayanan et al. 2021). Interleaved with v chunks:
+    l (1 + (p-1)/(p v)) (Korthikanti et al. 2022, Sec. 4.2.3). Never more than all micro-batches.
+    """
+    interleaved = np.where(vpp > 1, (pp - 1.0) / (pp * vpp), 0.0)
+    peak = n_layers * (1.0 + interleaved)
+    return np.minimum(peak, n_layers / pp * n_micro)
+
+
+def model_state_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param, weight_bytes_per_param=2.0,
+                      optimizer_bytes_per_param=12.0):
+    """(weights, gradients, optimizer states) per GPU for mixed-precision Adam
+    (fp32 master weights, momentum and variance: K = 12, ZeRO paper Sec. 3.1), sharded over dp
+    by ZeRO stage: 1 shards the optimizer, 2 the gradients too, 3 the weights too."""
+    dp = np.asarray(dp, dtype=float)
+    weights = weight_bytes_per_param * params_per_gpu / np.where(zero_stage >= 3, dp, 1.0)
+    grads = grad_bytes_per_param * params_per_gpu / np.where(zero_stage >= 2, dp, 1.0)
+    optim = optimizer_bytes_per_param * params_per_gpu / np.where(zero_stage >= 1, dp, 1.0)
+    return weights, grads, optim

@@ -1,0 +1,33 @@
+"""The one exception type for bad user input.
+
+Every message names the offending field and the rule it breaks, e.g.
+``tp: must divide n_heads (tp=3, n_heads=64)``. The CLI prints it as one ``error:`` line
+and exits with code 2.
+"""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad input: ``field`` is the dotted name of what is wrong, ``rule`` says why."""
+
+    def __init__(self, field: str, rule: str, where: str | None = None):
+        self.field = field
+        self.rule = rule
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{field}: {rule}")
+
+
+def from_validation_error(exc, prefix: str = "", where: str | None = None) -> InputError:
+    """Turn a pydantic ``ValidationError`` into one InputError (its first error):
+    ``prefix.field.path: message``."""
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()) if p != "__root__")
+    field = ".".join(p for p in (prefix, loc) if p) or prefix or "input"
+    msg = first.get("msg", str(exc))
+    msg = msg.removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden":
+        msg = "unknown key (not allowed)"
+    elif "input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict):
+        msg = f"{msg} (got {first['input']!r})"
+    return InputError(field, msg, where=where)

@@ -1,0 +1,225 @@
+"""The Python API for one configuration: check it, turn the specs into arrays, cost it.
+
+    import perfmodel
+    model = perfmodel.load_model("llama3-70b")
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("h100-sxm5-80gb"), n_gpus=512)
+    par = perfmodel.ParallelSpec(tp=8, pp=4, dp=16, vpp=5, recompute="selective")
+    job = perfmodel.JobSpec(global_batch=512, seq_len=8192, framework="megatron-lm")
+    est = perfmodel.estimate(model, cluster, par, job)
+    est.iteration_time_s, est.time_breakdown_s, est.memory_breakdown_gib
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.constants import CostConstants
+from perfmodel.errors import InputError
+from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
+from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs.parallel import RECOMPUTE_CODES
+from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
+from perfmodel.units import GIB_BYTES, US_S, gbit_per_s_to_bytes_per_s
+
+
+def check_model_split(model: ModelSpec, tp: int, pp: int, vpp: int = 1) -> None:
+    """Rules between the model's shape and its TP/PP split."""
+    if model.n_heads % tp:
+        raise InputError("tp", f"must divide n_heads (tp={tp}, n_heads={model.n_heads})")
+    if model.n_layers % pp and (model.n_layers + 2) % pp:
+        raise InputError(
+            "pp",
+            f"must divide n_layers, or n_layers + 2 with embedding and loss counted as layers "
+            f"(Megatron-Core account_for_embedding/loss_in_pipeline_split) (pp={pp}, n_layers={model.n_layers})",
+        )
+
+
+def check_config(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> None:
+    """Cross-field rules; raise InputError naming the field, the rule and the values."""
+    check_model_split(model, par.tp, par.pp)
+    if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
+        raise InputError(
+            "tp", f"must divide n_kv_heads or be a multiple of it (tp={par.tp}, n_kv_heads={model.n_kv_heads})"
+        )
+    layers_per_stage = -(-model.n_layers // par.pp)
+    if layers_per_stage % par.vpp and (model.n_layers + 2) // par.pp % par.vpp:
+        raise InputError("vpp", f"must divide layers per stage (vpp={par.vpp}, layers per stage={layers_per_stage})")
+    if par.n_gpus != cluster.n_gpus:
+        raise InputError(
+            "dp",
+            f"tp*pp*dp*cp must equal gpus ({par.tp}*{par.pp}*{par.dp}*{par.cp}={par.n_gpus}, gpus={cluster.n_gpus})",
+        )
+    if job.global_batch % (par.micro_batch * par.dp):
+        raise InputError(
+            "global_batch",
+            f"must be a multiple of micro_batch*dp (global_batch={job.global_batch}, "
+            f"micro_batch*dp={par.micro_batch * par.dp})",
+        )
+    if job.seq_len % par.cp:
+        raise InputError("cp", f"must divide seq_len (cp={par.cp}, seq_len={job.seq_len})")
+    if "hpz" in par.zeropp and cluster.n_gpus % min(cluster.gpus_per_node, cluster.n_gpus):
+        raise InputError("zeropp", "hpz needs gpus_per_node to divide the GPU count")
+
+
+def derive_dp(n_gpus: int, tp: int, pp: int, cp: int) -> int:
+    """dp = gpus / (tp pp cp), which must be a whole number."""
+    mp = tp * pp * cp
+    if n_gpus % mp:
+        raise InputError("dp", f"gpus must be a multiple of tp*pp*cp (gpus={n_gpus}, tp*pp*cp={mp})")
+    return n_gpus // mp
+
+
+def model_arrays(model: ModelSpec) -> dict[str, float]:
+    return {
+        "n_layers": model.n_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "n_heads": model.n_heads,
+        "n_kv_heads": model.n_kv_heads,
+        "vocab_size": model.vocab_size,
+        "mlp_matrices": model.mlp_matrices,
+        "tied_embeddings": float(model.tied_embeddings),
+        "biases": float(model.mlp == "gelu"),
+        # GPT-era models train with dropout (Korthikanti's masks); Llama-family without
+        "dropout": float(model.mlp == "gelu"),
+    }
+
+
+def cluster_arrays(
+    cluster: ClusterSpec, precision: str, constants: CostConstants, congestion_nodes: float = float("inf")
+) -> dict[str, float]:
+    """Hardware inputs in SI. The per-GPU NIC share is derated by fabric congestion:
+    bw / (1 + nodes / congestion_nodes), nodes being the job's node count (a job-wide collective
+    load on a tapered Clos; fitted to the HF Ultra-Scale Playbook bandwidth-vs-nodes curve)."""
+    gpu = cluster.gpu
+    n_nodes = max(cluster.n_gpus / cluster.gpus_per_node, 1.0)
+    congestion = 1.0 / (1.0 + n_nodes / congestion_nodes) if n_nodes > 1 else 1.0
+    return {
+        "gemm_peak_flop_per_s": gpu.peak_flop_per_s(precision),
+        "bf16_peak_flop_per_s": gpu.peak_flop_per_s("bf16"),
+        "matmul_efficiency_max": gpu.matmul_efficiency_max,
+        "n_sms": gpu.n_sms,
+        "hbm_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s,
+        "hbm_capacity_bytes": gpu.hbm_capacity_bytes,
+        "nvlink_bytes_per_s": gpu.intra_node_bandwidth_bytes_per_s * constants.nvlink_efficiency,
+        "nic_bytes_per_s_per_gpu": gbit_per_s_to_bytes_per_s(cluster.scale_out_gbit_per_s_per_node)
+        / cluster.gpus_per_node
+        * constants.nic_efficiency
+        * congestion,
+        "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
+        "intra_latency_s": gpu.intra_node_latency_us * US_S,
+        "inter_latency_s": cluster.scale_out_latency_us * US_S,
+    }
+
+
+def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]:
+    return {
+        "flash_attention": float(flash),
+        "kernel_efficiency": profile.kernel_efficiency,
+        "tp_overlap": profile.tp_overlap,
+        "dp_overlap": profile.dp_overlap,
+        "param_gather_overlap": profile.param_gather_overlap,
+        "pp_overlap": profile.pp_overlap,
+        "layer_overhead_s": profile.layer_overhead_s,
+        "microbatch_overhead_s": profile.microbatch_overhead_s,
+        "p2p_overhead_s": profile.p2p_overhead_s,
+        "step_overhead_s": profile.step_overhead_s,
+        "grad_bytes_per_param": profile.grad_bytes_per_param,
+        "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,
+    }
+
+
+def constant_arrays(constants: CostConstants) -> dict[str, float]:
+    keys = (
+        "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
+        "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
+    )
+    return {k: getattr(constants, k) for k in keys}
+
+
+def parallel_arrays(par: ParallelSpec) -> dict[str, float]:
+    return {
+        "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "vpp": par.vpp,
+        "micro_batch": par.micro_batch, "sp": float(par.sp and par.tp > 1),
+        "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
+    }
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One configuration's predicted step: totals and their breakdowns (parts sum to totals)."""
+
+    iteration_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    memory_gib: float
+    fits: bool
+    time_breakdown_s: dict[str, float]
+    memory_breakdown_gib: dict[str, float]
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "iteration_time_s": self.iteration_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu": self.mfu,
+            "memory_gib": self.memory_gib,
+            "fits": self.fits,
+            "time_breakdown_s": self.time_breakdown_s,
+            "memory_breakdown_gib": self.memory_breakdown_gib,
+            "config": self.config,
+        }
+
+
+def build_inputs(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    par: ParallelSpec,
+    job: JobSpec,
+    calibration: Calibration | None = None,
+) -> dict[str, float]:
+    cal = calibration if calibration is not None else load_calibration(None)
+    constants = cal.cost_constants()
+    cluster = cluster.model_copy(update={"gpu": cal.gpu(cluster.gpu)})
+    profile = cal.framework(job.framework)
+    flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention
+    return {
+        **model_arrays(model),
+        "seq_len": job.seq_len,
+        "global_batch": job.global_batch,
+        **cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network)),
+        **parallel_arrays(par),
+        **framework_arrays(profile, flash),
+        **constant_arrays(constants),
+    }
+
+
+def estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    parallel: ParallelSpec,
+    job: JobSpec,
+    calibration: Calibration | None = None,
+) -> Estimate:
+    """Predict one training step. Raises InputError if the configuration breaks a rule."""
+    check_config(model, cluster, parallel, job)
+    inputs = build_inputs(model, cluster, parallel, job, calibration)
+    out = step_costs({k: np.atleast_1d(v) for k, v in inputs.items()})
+    first = {k: np.asarray(v).reshape(-1)[0] for k, v in out.items()}
+    return Estimate(
+        iteration_time_s=float(first["iteration_time_s"]),
+        tokens_per_s_per_gpu=float(first["tokens_per_s_per_gpu"]),
+        mfu=float(first["mfu"]),
+        memory_gib=float(first["memory_gib"]),
+        fits=bool(first["fits"]),
+        time_breakdown_s={k: float(first[k]) for k in TIME_PARTS},
+        memory_breakdown_gib={k: float(first[k]) for k in MEMORY_PARTS},
+        config={
+            "model": model.name, "gpu": cluster.gpu.name, "gpus": cluster.n_gpus,
+            "gpus_per_node": cluster.gpus_per_node,
+            "scale_out_gbit_per_s_per_node": cluster.scale_out_gbit_per_s_per_node,
+            **parallel.model_dump(mode="json"), **job.model_dump(mode="json"),
+        },
+    )

@@ -1,0 +1,83 @@
+"""Framework profiles: what a training stack overlaps and how efficient its kernels are.
+
+The same configuration runs at different speeds in different stacks (shared/data/README.md).
+Each profile holds a few parameters with a physical meaning; ``perfmodel calibrate`` refits
+them from measured runs. The defaults below are set from what each stack documents doing.
+An unknown framework name gets the ``generic`` profile (not an error).
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FrameworkProfile(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flash_attention: bool = Field(True, description="Fused flash attention (Dao et al. 2022) is used.")
+    kernel_efficiency: float = Field(1.0, gt=0, le=1.5, description="Multiplier on kernel rates (fusion quality).")
+    tp_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of TP comm hidden behind GEMMs (TE userbuffers).")
+    dp_overlap: float = Field(0.8, ge=0, le=1, description="Fraction of the gradient reduce hidden behind backward.")
+    param_gather_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of the ZeRO param all-gather hidden behind forward.")
+    pp_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of pipeline send/recv hidden.")
+    layer_overhead_s: float = Field(
+        0.0, ge=0, description="Time per layer and micro-batch (fwd+bwd) beyond the modelled kernels: "
+        "unfused small ops and launch gaps."
+    )
+    microbatch_overhead_s: float = Field(
+        0.0, ge=0, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
+    )
+    p2p_overhead_s: float = Field(
+        0.0, ge=0, description="Extra time per inter-node pipeline send/recv (handshakes, metadata)."
+    )
+    step_overhead_s: float = Field(0.05, ge=0, description="Fixed time per iteration (data, logging, sync).")
+    grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")
+    runtime_reserved_gib: float = Field(3.0, ge=0, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
+    source: str = ""
+
+
+_MEGATRON_TE = dict(
+    tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5,
+    step_overhead_s=0.05,
+    source="Megatron-Core + TransformerEngine: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather "
+    "(NeMo/Megatron-Bridge performance recipes)",
+)
+
+PROFILES: dict[str, FrameworkProfile] = {
+    "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
+    "megatron-lm": FrameworkProfile(
+        tp_overlap=0.0, dp_overlap=0.5, param_gather_overlap=0.5, pp_overlap=0.3,
+        source="Megatron-LM: overlapped grad reduce since 2023, no TP overlap by default",
+    ),
+    "nemo": FrameworkProfile(**_MEGATRON_TE),
+    "megatron-bridge": FrameworkProfile(**_MEGATRON_TE),
+    "megascale": FrameworkProfile(**_MEGATRON_TE),
+    "megatron-kwai": FrameworkProfile(**_MEGATRON_TE),
+    "megatron-deepspeed": FrameworkProfile(
+        flash_attention=False, tp_overlap=0.0, dp_overlap=0.3, source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-1 grad reduce after backward",
+    ),
+    "deepspeed": FrameworkProfile(
+        flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
+        source="DeepSpeed ZeRO: overlap_comm, fp16 gradients",
+    ),
+    "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
+    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="GPT-NeoX (Megatron-DeepSpeed based)"),
+    "nanotron": FrameworkProfile(
+        dp_overlap=0.5, source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels",
+    ),
+    "torchtitan": FrameworkProfile(
+        dp_overlap=0.9, param_gather_overlap=0.9, source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter",
+    ),
+    "flash-attn": FrameworkProfile(dp_overlap=0.8, source="flash-attention training scripts (Lightning DDP)"),
+    "meta-internal": FrameworkProfile(**_MEGATRON_TE),
+}
+
+
+def framework_profile(name: str | None) -> FrameworkProfile:
+    return PROFILES.get((name or "generic").lower(), PROFILES["generic"])
+
+
+def uses_flash_attention(framework: str | None, gpu_name: str) -> bool:
+    """Flash attention needs Ampere or newer (FlashAttention README); old stacks lack it."""
+    if gpu_name.startswith("v100"):
+        return False
+    return framework_profile(framework).flash_attention

@@ -1,0 +1,179 @@
+"""Measured runs (the runs schema of shared/data/README.md) -> cost-model inputs, in one batch.
+
+Only a row's configuration columns are read: never its measured columns (iteration time,
+throughput, TFLOP/s, MFU). Blank cells mean "not stated by the source" and get documented
+defaults (``DEFAULTS_DOC``); a row that cannot be costed gets status ``invalid`` (the row is
+inconsistent or lacks a required input) or ``unsupported`` (a feature the model lacks).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.catalog import load_gpu
+from perfmodel.errors import InputError
+from perfmodel.estimate import cluster_arrays, constant_arrays, framework_arrays
+from perfmodel.frameworks import uses_flash_attention
+from perfmodel.specs.hardware import ClusterSpec
+from perfmodel.specs.model import MLP_MATRICES
+from perfmodel.specs.parallel import RECOMPUTE_CODES
+
+MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
+
+MEGATRON_FAMILY = {"megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
+                   "gpt-neox", "nanotron"}
+DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
+FSDP_DEFAULT = {"torchtitan"}
+
+DEFAULTS_DOC = {
+    "precision": "bf16 (fp16 on V100, which has no bf16)",
+    "vpp": "1 (not interleaved)",
+    "sp": "on when tp > 1 for Megatron-family frameworks (incl. nanotron's reduce-scatter TP mode), else off",
+    "recompute": "the least recomputation that fits: none, else selective, else full",
+    "micro_batch": "1",
+    "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
+    "recipes), 3 for torchtitan (FSDP2), else 0",
+    "vocab_size": "32000 (Llama-2 tokenizer)",
+    "tied_embeddings": "yes for GELU (GPT-family) models, no otherwise",
+    "gpus_per_node": "the GPU profile's default_gpus_per_node",
+    "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
+    "n_kv_heads": "n_heads (multi-head attention)",
+}
+
+REQUIRED = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
+            "tp", "pp", "dp", "global_batch")
+
+
+def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:
+    if col not in df:
+        return np.full(len(df), default, dtype=float)
+    return pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+
+
+def _text(df: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in df:
+        return np.full(len(df), "", dtype=object)
+    return df[col].fillna("").astype(str).str.strip().str.lower().to_numpy(dtype=object)
+
+
+def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
+    """Return (inputs, status, reason, recompute_given) for every row of a runs DataFrame.
+
+    ``inputs`` maps each ``STEP_INPUTS`` name to an array of len(df); rows whose status is not
+    ``ok`` hold harmless placeholder values. ``recompute_given`` is False where the row left
+    recompute blank (the caller then picks the least recompute that fits).
+    """
+    cal = calibration if calibration is not None else load_calibration(None)
+    constants = cal.cost_constants()
+    n = len(df)
+    status = np.full(n, "ok", dtype=object)
+    reason = np.full(n, "", dtype=object)
+
+    def mark(mask, st, why):
+        sel = mask & (status == "ok")
+        status[sel] = st
+        reason[sel] = why
+
+    for col in REQUIRED:
+        if col not in df:
+            raise InputError(col, "required column missing from the runs CSV")
+        blank = df[col].isna().to_numpy() | (df[col].astype(str).str.strip() == "").to_numpy()
+        mark(blank, "invalid", f"{col}: blank (required)")
+
+    framework = _text(df, "framework")
+    network = _text(df, "network")
+    gpu_name = _text(df, "gpu")
+    mlp = _text(df, "mlp")
+    mlp = np.where(mlp == "", "gelu", mlp)
+    mark(~np.isin(mlp, list(MLP_MATRICES)), "unsupported", "mlp: kind not modelled")
+    n_experts = _num(df, "n_experts")
+    mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
+    mark(_text(df, "zeropp") != "", "unsupported", "zeropp: ZeRO++ not modelled in the runs path yet")
+
+    tp, pp, dp, cp = (_num(df, c, 1.0) for c in ("tp", "pp", "dp", "cp"))
+    cp = np.nan_to_num(cp, nan=1.0)
+    n_gpus = _num(df, "n_gpus")
+    mark(tp * pp * dp * cp != n_gpus, "invalid", "tp*pp*dp*cp: must equal n_gpus")
+    mb = np.nan_to_num(_num(df, "micro_batch"), nan=1.0)
+    gb = _num(df, "global_batch")
+    mark(np.mod(gb, mb * dp) != 0, "invalid", "global_batch: must be a multiple of micro_batch*dp")
+    heads = _num(df, "n_heads")
+    kv = _num(df, "n_kv_heads")
+    kv = np.where(np.isnan(kv), heads, kv)
+    mark(np.mod(heads, tp) != 0, "invalid", "tp: must divide n_heads")
+    vpp = np.nan_to_num(_num(df, "vpp"), nan=1.0)
+
+    precision = _text(df, "precision")
+    precision = np.where(precision == "", np.where(np.char.startswith(gpu_name.astype(str), "v100"), "fp16", "bf16"),
+                         precision)
+    sp_col = _num(df, "sp")
+    megatron = np.isin(framework, list(MEGATRON_FAMILY))
+    sp = np.where(np.isnan(sp_col), megatron, sp_col > 0) & (tp > 1)
+    zero = _num(df, "zero_stage")
+    zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
+                            np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
+    zero = np.where(np.isnan(zero), zero_default, zero)
+    rc_text = _text(df, "recompute")
+    recompute_given = rc_text != ""
+    mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "unsupported", "recompute: mode not modelled")
+    recompute = np.array([RECOMPUTE_CODES.get(r, 0) for r in rc_text], dtype=float)
+
+    vocab = np.nan_to_num(_num(df, "vocab_size"), nan=32000.0)
+    tied = _num(df, "tied_embeddings")
+    tied = np.where(np.isnan(tied), mlp == "gelu", tied > 0)
+    gpn = _num(df, "gpus_per_node")
+    scale_out = _num(df, "scale_out_gbit_per_s_per_node")
+
+    # per-row hardware and framework arrays (looked up once per distinct value)
+    hw_keys = None
+    hw_rows: list[dict] = []
+    fw_rows: list[dict] = []
+    for i in range(n):
+        try:
+            gpu = cal.gpu(load_gpu(gpu_name[i]))
+        except InputError:
+            mark(np.arange(n) == i, "unsupported", f"gpu: no profile for '{gpu_name[i]}'")
+            gpu = cal.gpu(load_gpu("h100-sxm5-80gb"))
+        g = int(gpn[i]) if np.isfinite(gpn[i]) and gpn[i] > 0 else gpu.default_gpus_per_node
+        n_g = int(n_gpus[i]) if np.isfinite(n_gpus[i]) and n_gpus[i] > 0 else g
+        g = min(g, n_g) if n_g < g else g
+        cluster = ClusterSpec.model_construct(
+            gpu=gpu, n_gpus=n_g, gpus_per_node=g,
+            nvlink_domain_gpus=max(g, gpu.nvlink_domain_gpus) if gpu.nvlink_domain_gpus % g == 0 else g,
+            scale_out_gbit_per_s_per_node=(
+                scale_out[i] if np.isfinite(scale_out[i]) and scale_out[i] > 0
+                else gpu.default_scale_out_gbit_per_s_per_node
+            ),
+            scale_out_latency_us=gpu.scale_out_latency_us,
+        )
+        hw_rows.append(cluster_arrays(cluster, precision[i], constants, cal.congestion_nodes(network[i])))
+        profile = cal.framework(framework[i])
+        fw_rows.append(framework_arrays(profile, uses_flash_attention(framework[i], gpu_name[i]) and profile.flash_attention))
+        hw_keys = hw_rows[-1].keys()
+    inputs: dict[str, np.ndarray] = {}
+    for key in hw_keys or ():
+        inputs[key] = np.array([r[key] for r in hw_rows], dtype=float)
+    for key in fw_rows[0].keys() if fw_rows else ():
+        inputs[key] = np.array([r[key] for r in fw_rows], dtype=float)
+    for key, val in constant_arrays(constants).items():
+        inputs[key] = np.full(n, val, dtype=float)
+
+    ok = status == "ok"
+
+    def safe(x, fill=1.0):
+        x = np.asarray(x, dtype=float)
+        return np.where(ok & np.isfinite(x), x, fill)
+
+    inputs.update(
+        n_layers=safe(_num(df, "n_layers")), hidden_size=safe(_num(df, "hidden_size"), 128.0),
+        ffn_hidden_size=safe(_num(df, "ffn_hidden_size"), 512.0), n_heads=safe(heads),
+        n_kv_heads=safe(kv), vocab_size=safe(vocab, 32000.0),
+        mlp_matrices=np.array([MLP_MATRICES.get(m, 2) for m in mlp], dtype=float),
+        tied_embeddings=tied.astype(float), biases=(mlp == "gelu").astype(float),
+        dropout=(mlp == "gelu").astype(float),
+        seq_len=safe(_num(df, "seq_len"), 1024.0), global_batch=safe(gb),
+        tp=safe(tp), pp=safe(pp), dp=safe(dp), cp=safe(cp), vpp=safe(vpp), micro_batch=safe(mb),
+        sp=sp.astype(float), zero_stage=safe(zero, 0.0), recompute=recompute,
+    )
+    return inputs, status, reason, recompute_given

@@ -1,0 +1,141 @@
+"""On what it runs: one accelerator (from a datasheet) and the cluster around it.
+
+Human units with explicit suffixes in the files (``hbm_bandwidth_gb_per_s``,
+``scale_out_gbit_per_s_per_node``); ``perfmodel.costs`` get SI values through the
+``*_bytes_per_s`` / ``*_s`` properties below. GB = 1e9 bytes, Gbit = 1e9 bits, GiB = 2**30 bytes.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.units import GIB_BYTES, TFLOP, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
+
+
+class AcceleratorSpec(BaseModel):
+    """One GPU as its datasheet states it, plus measured achievable matmul throughput."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Catalog name, e.g. 'h100-sxm5-80gb'.")
+    display_name: str = Field(description="Vendor name.")
+    peak_dense_tflop_per_s: dict[str, float] = Field(
+        description="Dense (no sparsity) tensor-core peak per precision: bf16, fp16, fp8, ..."
+    )
+    hbm_capacity_gib: float = Field(gt=0, description="Device memory, GiB.")
+    hbm_bandwidth_gb_per_s: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+    intra_node_bandwidth_gb_per_s: float = Field(
+        gt=0, description="NVLink (or PCIe) bandwidth per GPU, one direction, GB/s."
+    )
+    n_sms: int = Field(gt=0, description="Streaming multiprocessors (for GEMM wave quantization).")
+    matmul_efficiency_max: float = Field(
+        gt=0, le=1, description="Best-shape achievable bf16 matmul / dense peak (MAMF)."
+    )
+    nvlink_domain_gpus: int = Field(
+        default=8, gt=0, description="GPUs that share one NVLink/NVSwitch domain (72 for NVL72)."
+    )
+    default_gpus_per_node: int = Field(default=8, gt=0)
+    default_scale_out_gbit_per_s_per_node: float = Field(
+        gt=0, description="Typical total NIC bandwidth per node (e.g. 8x400 Gbit/s = 3200)."
+    )
+    host_link_gb_per_s: float = Field(default=32.0, gt=0, description="GPU-host link, one direction.")
+    intra_node_latency_us: float = Field(default=4.0, gt=0)
+    scale_out_latency_us: float = Field(default=12.0, gt=0)
+    sources: list[str] = Field(min_length=1, description="Datasheets and measurements cited.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "AcceleratorSpec":
+        for key in ("bf16", "fp16"):
+            if key not in self.peak_dense_tflop_per_s:
+                raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
+        return self
+
+    def peak_flop_per_s(self, precision: str) -> float:
+        """Dense peak for a GEMM precision; a format the GPU lacks runs at the next one it has
+        (nvfp4 -> fp4 -> fp8 -> bf16; mxfp8 -> fp8 -> bf16; e.g. A100 has no fp8)."""
+        chains = {
+            "nvfp4": ("nvfp4", "fp4", "fp8", "bf16"),
+            "mxfp8": ("mxfp8", "fp8", "bf16"),
+            "fp8": ("fp8", "bf16"),
+            "bf16": ("bf16",),
+            "fp16": ("fp16",),
+        }
+        for key in chains.get(precision, (precision, "bf16")):
+            if key in self.peak_dense_tflop_per_s:
+                return self.peak_dense_tflop_per_s[key] * TFLOP
+        return self.peak_dense_tflop_per_s["bf16"] * TFLOP
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        return self.hbm_capacity_gib * GIB_BYTES
+
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float:
+        return gb_per_s_to_bytes_per_s(self.hbm_bandwidth_gb_per_s)
+
+    @property
+    def intra_node_bandwidth_bytes_per_s(self) -> float:
+        return gb_per_s_to_bytes_per_s(self.intra_node_bandwidth_gb_per_s)
+
+
+class ClusterSpec(BaseModel):
+    """The cluster: how many GPUs, how many share a node / NVLink domain, and the network."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: AcceleratorSpec
+    n_gpus: int = Field(gt=0, description="GPUs in the job.")
+    gpus_per_node: int = Field(gt=0, description="GPUs per node (per compute tray for NVL72).")
+    nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable over NVLink (>= gpus_per_node).")
+    scale_out_gbit_per_s_per_node: float = Field(gt=0, description="Total NIC bandwidth per node.")
+    scale_out_latency_us: float = Field(gt=0)
+    network: str | None = Field(
+        default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        if self.nvlink_domain_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"gpus_per_node ({self.gpus_per_node}) must divide nvlink_domain_gpus "
+                f"({self.nvlink_domain_gpus})"
+            )
+        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"gpus_per_node ({self.gpus_per_node}) must divide n_gpus ({self.n_gpus}) "
+                "when the job spans nodes"
+            )
+        return self
+
+    @classmethod
+    def build(
+        cls,
+        gpu: AcceleratorSpec,
+        n_gpus: int,
+        gpus_per_node: int | None = None,
+        scale_out_gbit_per_s_per_node: float | None = None,
+        scale_out_latency_us: float | None = None,
+        network: str | None = None,
+    ) -> "ClusterSpec":
+        """A cluster with the GPU's defaults for what is not given."""
+        gpn = gpus_per_node or gpu.default_gpus_per_node
+        domain = max(gpn, gpu.nvlink_domain_gpus) if gpu.nvlink_domain_gpus % gpn == 0 else gpn
+        return cls(
+            gpu=gpu,
+            n_gpus=n_gpus,
+            gpus_per_node=gpn,
+            nvlink_domain_gpus=domain,
+            scale_out_gbit_per_s_per_node=(
+                scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s_per_node
+            ),
+            scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
+            network=network,
+        )
+
+    @property
+    def scale_out_bytes_per_s_per_gpu(self) -> float:
+        """Each GPU's share of its node's NICs (rail-optimized: one NIC per GPU)."""
+        return gbit_per_s_to_bytes_per_s(self.scale_out_gbit_per_s_per_node) / self.gpus_per_node
+
+    @property
+    def scale_out_latency_s(self) -> float:
+        return self.scale_out_latency_us * US_S

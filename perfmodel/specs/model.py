@@ -1,0 +1,72 @@
+"""What is trained: a dense decoder-only transformer."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MlpKind = Literal["gelu", "swiglu", "relu2"]
+
+#: weight matrices of size h x ffn in one MLP block, per MLP kind
+MLP_MATRICES = {"gelu": 2, "relu2": 2, "swiglu": 3}
+
+
+class ModelSpec(BaseModel):
+    """A dense transformer. Symbols follow Narayanan et al. 2021 (SC'21): l layers, h hidden,
+    a heads, V vocabulary; plus GQA key/value heads and the MLP width and kind."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Display name, e.g. 'llama3-70b'.")
+    n_layers: int = Field(gt=0, description="Transformer layers l.")
+    hidden_size: int = Field(gt=0, description="Model width h.")
+    ffn_hidden_size: int = Field(gt=0, description="MLP inner width (4h for GPT).")
+    n_heads: int = Field(gt=0, description="Attention (query) heads a.")
+    n_kv_heads: int = Field(gt=0, description="Key/value heads (= n_heads for MHA, fewer for GQA).")
+    vocab_size: int = Field(gt=0, description="Vocabulary V.")
+    mlp: MlpKind = Field(default="gelu", description="gelu: 2 matrices; swiglu: 3; relu2: 2.")
+    tied_embeddings: bool = Field(default=False, description="Input and output embedding shared.")
+    learned_pos_emb: bool = Field(
+        default=False, description="Learned absolute position embedding (GPT-2/3); False for RoPE/ALiBi."
+    )
+    max_seq_len: int | None = Field(default=None, gt=0, description="Context length it was trained at.")
+    source: str | None = Field(default=None, description="Where the dimensions come from.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if self.hidden_size % self.n_heads:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @property
+    def mlp_matrices(self) -> int:
+        return MLP_MATRICES[self.mlp]
+
+    def n_params(self) -> float:
+        """Parameter count (weights, biases and norms of a GPT/Llama block)."""
+        from perfmodel.costs.flops import parameter_count
+
+        return float(
+            parameter_count(
+                n_layers=self.n_layers,
+                hidden_size=self.hidden_size,
+                ffn_hidden_size=self.ffn_hidden_size,
+                n_heads=self.n_heads,
+                n_kv_heads=self.n_kv_heads,
+                vocab_size=self.vocab_size,
+                mlp_matrices=self.mlp_matrices,
+                tied_embeddings=self.tied_embeddings,
+                biases=self.mlp == "gelu",
+                pos_emb_rows=self.max_seq_len if (self.learned_pos_emb and self.max_seq_len) else 0,
+            )
+        )

@@ -1,0 +1,53 @@
+"""How it is run: the parallel layout of one training configuration."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Recompute = Literal["none", "selective", "full"]
+ZeroPP = Literal["qwz", "hpz", "qgz"]
+
+#: integer codes used by the vectorized cost functions
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+
+
+class ParallelSpec(BaseModel):
+    """Sizes of each parallel axis and the memory/communication options.
+
+    Rank placement follows Megatron-Core's order ``tp-cp-dp-pp`` (innermost first): TP ranks
+    are adjacent (inside a node when tp <= GPUs per node), PP stages are outermost.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, gt=0, description="Tensor-parallel size t (Megatron, Shoeybi et al. 2019).")
+    pp: int = Field(default=1, gt=0, description="Pipeline stages p (Narayanan et al. 2021).")
+    dp: int = Field(default=1, gt=0, description="Data-parallel replicas d.")
+    cp: int = Field(default=1, gt=0, description="Context-parallel size (sequence split across ranks).")
+    vpp: int = Field(default=1, gt=0, description="Virtual stages per pipeline rank (interleaved 1F1B).")
+    micro_batch: int = Field(default=1, gt=0, description="Sequences per micro-batch b.")
+    sp: bool = Field(default=True, description="Megatron sequence parallelism (Korthikanti et al. 2022).")
+    zero_stage: int = Field(default=1, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params.")
+    zeropp: frozenset[ZeroPP] = Field(default=frozenset(), description="ZeRO++ parts (need zero_stage 3).")
+    recompute: Recompute = Field(default="none", description="Activation recomputation mode.")
+    order: Literal["tp-cp-dp-pp"] = Field(default="tp-cp-dp-pp", description="Rank placement, innermost first.")
+
+    @field_validator("zeropp", mode="before")
+    @classmethod
+    def _parse_zeropp(cls, v):
+        if isinstance(v, str):
+            v = [p.strip().lower() for p in v.split(",") if p.strip()]
+        return frozenset(v or [])
+
+    @model_validator(mode="after")
+    def _check(self) -> "ParallelSpec":
+        if self.vpp > 1 and self.pp == 1:
+            raise ValueError(f"vpp ({self.vpp}) must be 1 when pp is 1")
+        if self.zeropp and self.zero_stage != 3:
+            raise ValueError(f"zeropp ({','.join(sorted(self.zeropp))}) requires zero_stage 3 (got {self.zero_stage})")
+        return self
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp

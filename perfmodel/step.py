@@ -1,0 +1,232 @@
+"""The one place that composes the cost functions into the time and memory of a training step.
+
+``step_costs`` takes a mapping of equally-shaped (or broadcastable) numpy arrays, one entry per
+input named in ``STEP_INPUTS``, and returns arrays: every part of the time and memory breakdown,
+their totals (the sums of the parts, so they cannot drift apart), throughput, MFU and ``fits``.
+The same function serves one ``estimate`` (arrays of length 1), ``validate`` (one element per
+measured run) and the search (one element per candidate configuration).
+
+Schedule (Narayanan et al. 2021, Sec. 2.2): with m = B / (d b) micro-batches and v virtual
+stages, one pipeline stage takes (m + (p-1)/v) (t_f + t_b), where the (p-1)/v slots are the
+bubble. The gradient reduction, ZeRO gathers and the optimizer step follow, minus the part the
+framework overlaps with compute.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from perfmodel.costs.comm import collective_time_s
+from perfmodel.costs.compute import elementwise_time_s, flash_attention_efficiency, gemm_time_s
+from perfmodel.costs.flops import (
+    layer_gemm_flops_per_token,
+    model_flops_per_token,
+    parameter_count,
+)
+from perfmodel.costs.memory import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_SELECTIVE,
+    activation_bytes_per_layer,
+    in_flight_layers,
+    model_state_bytes,
+)
+from perfmodel.units import GIB_BYTES
+
+#: inputs of ``step_costs``; all numeric arrays (booleans as 0/1)
+STEP_INPUTS = (
+    # model
+    "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
+    "mlp_matrices", "tied_embeddings", "biases", "dropout",
+    # job
+    "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
+    # hardware / cluster
+    "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus",
+    "intra_latency_s", "inter_latency_s",
+    # parallel
+    "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute",
+    # framework
+    "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap",
+    "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
+    "runtime_reserved_bytes",
+    # constants
+    "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
+    "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
+)
+
+TIME_PARTS = (
+    "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s",
+    "dp_comm_s", "optimizer_s", "overhead_s",
+)
+MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
+
+ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
+
+
+def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Time and memory of one training step for every element of the input arrays."""
+    f64 = {k: np.asarray(x[k], dtype=float) for k in STEP_INPUTS}
+    L, h, ffn = f64["n_layers"], f64["hidden_size"], f64["ffn_hidden_size"]
+    a, kv, V, mm = f64["n_heads"], f64["n_kv_heads"], f64["vocab_size"], f64["mlp_matrices"]
+    s, B = f64["seq_len"], f64["global_batch"]
+    tp, pp, dp, cp, v, b = (f64[k] for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch"))
+    sp, zero, rc = f64["sp"], f64["zero_stage"], f64["recompute"]
+    flash, ke = f64["flash_attention"], f64["kernel_efficiency"]
+    peak, peak16 = f64["gemm_peak_flop_per_s"], f64["bf16_peak_flop_per_s"]
+    hbm = f64["hbm_bytes_per_s"]
+    eff_max, sms = f64["matmul_efficiency_max"], f64["n_sms"]
+
+    # low-precision GEMMs reach a smaller fraction of their (doubled) peak: MAMF fp8/bf16 ratio
+    gemm_eff = eff_max * np.where(peak > peak16, f64["fp8_matmul_efficiency_ratio"], 1.0)
+
+    def gemm(m_, n_, k_):
+        return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke
+
+    def coll(op, size, n, stride):
+        return collective_time_s(
+            op, size, n, stride, f64["nvlink_domain_gpus"], f64["nvlink_bytes_per_s"],
+            f64["nic_bytes_per_s_per_gpu"], f64["intra_latency_s"], f64["inter_latency_s"],
+        )
+
+    s_loc = s / cp                      # tokens of one sequence on one CP rank
+    tokens = b * s_loc                  # GEMM rows per micro-batch
+    n_micro = B / (dp * b)              # micro-batches per step per pipeline
+    layers = np.ceil(L / pp)            # layers on the busiest stage (uneven splits round up)
+    kv_w = kv * h / a
+    sp_div = np.where(sp > 0, tp, 1.0)
+
+    # ---- compute of one layer, one micro-batch (forward) -------------------------------------
+    gemm_f = (
+        gemm(tokens, (h + 2 * kv_w) / tp, h)          # QKV
+        + gemm(tokens, h, h / tp)                     # attention output projection
+        + gemm(tokens, (mm - 1) * ffn / tp, h)        # MLP up (and gate for SwiGLU)
+        + gemm(tokens, h, ffn / tp)                   # MLP down
+    )
+    # attention core: 4 b s_q s_kv h / t FLOPs, causal half skipped by flash kernels; with CP
+    # each rank holds s/cp queries against all s keys (load-balanced ring, Megatron CP)
+    attn_flops_full = 4.0 * b * s_loc * s * h / tp
+    attn_flash_f = 0.5 * attn_flops_full / (
+        peak16 * flash_attention_efficiency(s_loc, f64["attn_efficiency_max"], f64["attn_seq_half"]) * ke
+    )
+    scores_bytes = ACT_BYTES * b * (a / tp) * s_loc * s
+    attn_plain_f = attn_flops_full / (peak16 * eff_max * f64["nonflash_attn_efficiency"] * ke) + elementwise_time_s(
+        6.0 * scores_bytes, hbm, f64["hbm_efficiency"]
+    )
+    attn_f = np.where(flash > 0, attn_flash_f, attn_plain_f)
+    attn_b = np.where(flash > 0, f64["attn_bwd_over_fwd"], 2.0) * attn_f
+    elem_f = elementwise_time_s(
+        ACT_BYTES * tokens * (f64["elementwise_bytes_per_h"] * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]
+    ) / ke
+    extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
+    layer_f = gemm_f + attn_f + elem_f + extra / 3.0
+    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + 2.0 * extra / 3.0
+    layer_rc = np.where(rc == RECOMPUTE_FULL, layer_f, np.where(rc == RECOMPUTE_SELECTIVE, attn_f, 0.0))
+
+    # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
+    logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
+    compute_mb = layers * (layer_f + layer_b) + 3.0 * logits_f + f64["microbatch_overhead_s"]
+    recompute_mb = layers * layer_rc
+
+    # ---- tensor parallel: 2 all-reduce-equivalents forward, 2 backward per layer ------------
+    # (all-gather + reduce-scatter of s b h with SP, all-reduce without; Korthikanti Sec. 4.2.2)
+    tp_bytes = ACT_BYTES * tokens * h
+    tp_ar = coll("all_reduce", tp_bytes, tp, 1.0)
+    tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL)
+    tp_mb = (1.0 - f64["tp_overlap"]) * layers * tp_passes * tp_ar
+
+    # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
+    kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
+    cp_step = coll("send_recv", kv_block, cp, tp)
+    cp_f = (cp - 1.0) * cp_step
+    cp_mb = layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
+
+    per_mb = compute_mb + recompute_mb + tp_mb + cp_mb
+    pp_slots = (pp - 1.0) / v
+
+    # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
+    pp_stride = tp * cp * dp
+    p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), pp_stride) + np.where(
+        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"], 0.0
+    )
+    pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
+
+    # ---- data parallel: gradients and ZeRO gathers -----------------------------------------
+    p_layer = parameter_count(1, h, ffn, a, kv, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
+    embed = V * h * np.where(pp > 1, 1.0, np.where(f64["tied_embeddings"] > 0, 1.0, 2.0))
+    params_gpu = (layers * p_layer + embed) / tp
+    grad_bytes = f64["grad_bytes_per_param"]
+    dp_stride = tp * cp
+    ar = coll("all_reduce", grad_bytes * params_gpu, dp, dp_stride)
+    rs = coll("reduce_scatter", grad_bytes * params_gpu, dp, dp_stride)
+    ag = coll("all_gather", 2.0 * params_gpu, dp, dp_stride)
+    last_bwd = layers * layer_b
+    first_fwd = layers * layer_f
+    dp_hidden_red = f64["dp_overlap"] * last_bwd
+    exposed_red0 = np.maximum(ar - dp_hidden_red, 0.0)
+    exposed_red1 = np.maximum(rs - dp_hidden_red, 0.0) + np.maximum(ag - f64["param_gather_overlap"] * first_fwd, 0.0)
+    # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + exposed_red1
+    # ZeRO-3: forward and backward all-gather + reduce-scatter every micro-batch, prefetched
+    z3_mb = 2.0 * ag + rs
+    exposed_red3 = n_micro * np.maximum(z3_mb - f64["dp_overlap"] * (compute_mb + recompute_mb), 0.0)
+    dp_comm = np.select(
+        [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
+    ) * (dp > 1)
+
+    # ---- optimizer --------------------------------------------------------------------------
+    params_opt = params_gpu / np.where(zero >= 1, dp, 1.0)
+    optimizer = elementwise_time_s(f64["optimizer_bytes_per_param"] * params_opt, hbm, f64["hbm_efficiency"])
+
+    time = {
+        "compute_s": n_micro * compute_mb,
+        "recompute_s": n_micro * recompute_mb,
+        "tp_comm_s": n_micro * tp_mb,
+        "cp_comm_s": n_micro * cp_mb,
+        "pp_comm_s": pp_comm,
+        "bubble_s": pp_slots * per_mb,
+        "dp_comm_s": dp_comm,
+        "optimizer_s": optimizer,
+        "overhead_s": f64["step_overhead_s"] * np.ones_like(optimizer),
+    }
+    iteration_time = sum(time[k] for k in TIME_PARTS)
+
+    # ---- memory ------------------------------------------------------------------------------
+    weights, grads, optim = model_state_bytes(params_gpu, dp, zero, grad_bytes)
+    # ZeRO-3 keeps up to two gathered layers (current + prefetched); the local shard is part of them
+    weights = weights + np.where(zero >= 3, 2.0 * np.minimum(2.0, layers) * p_layer / tp * (1.0 - 1.0 / dp), 0.0)
+    act_layer = activation_bytes_per_layer(
+        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
+    )
+    # full recompute re-materialises one layer's activations during its backward
+    act_working = np.where(
+        rc == RECOMPUTE_FULL,
+        activation_bytes_per_layer(s_loc, b, h, ffn, a, kv, mm, tp, sp, 0.0, flash, f64["dropout"], seq_len_kv=s),
+        0.0,
+    )
+    first_stage = act_layer * in_flight_layers(L, pp, v, n_micro) + act_working
+    logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
+    last_stage = act_layer * layers + act_working + logits_bytes
+    activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
+    memory = {
+        "weights_gib": weights / GIB_BYTES,
+        "gradients_gib": grads / GIB_BYTES,
+        "optimizer_gib": optim / GIB_BYTES,
+        "activations_gib": activations / GIB_BYTES,
+        "reserved_gib": f64["runtime_reserved_bytes"] / GIB_BYTES * np.ones_like(weights),
+    }
+    memory_gib = sum(memory[k] for k in MEMORY_PARTS)
+
+    n_gpus = tp * pp * dp * cp
+    tokens_per_step = B * s
+    flops_per_token = model_flops_per_token(L, h, ffn, a, kv, V, mm, s, causal=True)
+    out = {**time, **memory}
+    out["iteration_time_s"] = iteration_time
+    out["memory_gib"] = memory_gib
+    out["tokens_per_s_per_gpu"] = tokens_per_step / iteration_time / n_gpus
+    out["mfu"] = flops_per_token * out["tokens_per_s_per_gpu"] / peak16
+    out["fits"] = memory_gib * GIB_BYTES <= f64["hbm_capacity_bytes"]
+    out["n_micro"] = n_micro
+    out["params_per_gpu"] = params_gpu
+    out["_gemm_flops_check"] = layer_gemm_flops_per_token(h, ffn, a, kv, mm)  # used by tests
+    return out

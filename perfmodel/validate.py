@@ -1,0 +1,85 @@
+"""Predict measured runs and measure the error: ``perfmodel validate RUNS_CSV --out PRED_CSV``.
+
+Error metric: absolute percentage error of tokens/s/GPU (the row's ``target`` column says
+whether that is measured or derived; rows whose only ground truth is TFLOP/s are compared on
+iteration time implied by nothing else and are skipped from the error, never from prediction).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.calibration_profile import Calibration
+from perfmodel.runs import runs_to_inputs
+from perfmodel.step import step_costs
+
+PRED_COLUMNS = ["run_id", "status", "reason", "pred_iteration_time_s", "pred_tokens_per_s_per_gpu",
+                "pred_mfu", "pred_memory_gib", "fits"]
+
+
+def source_slug(run_id: pd.Series) -> pd.Series:
+    """``sc21-t1-003`` -> ``sc21-t1`` (run ids are slug + zero-padded index)."""
+    return run_id.astype(str).str.replace(r"-\d+$", "", regex=True)
+
+
+def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd.DataFrame:
+    """One prediction row per input row, in input order (columns ``PRED_COLUMNS``)."""
+    inputs, status, reason, recompute_given = runs_to_inputs(df, calibration)
+    n = len(df)
+    # rows without a stated recompute mode: the least recomputation that fits
+    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(code))})
+             for code in (0, 1, 2)]
+    chosen = np.full(n, 2)
+    for code in (1, 0):
+        chosen = np.where(np.asarray(tries[code]["fits"]), code, chosen)
+    chosen = np.where(recompute_given, 0, chosen)
+
+    def pick(key):
+        return np.choose(chosen, [np.asarray(t[key], dtype=float) for t in tries])
+
+    ok = status == "ok"
+    out = pd.DataFrame({
+        "run_id": df["run_id"].to_numpy() if "run_id" in df else np.arange(n),
+        "status": status,
+        "reason": reason,
+        "pred_iteration_time_s": np.where(ok, pick("iteration_time_s"), np.nan),
+        "pred_tokens_per_s_per_gpu": np.where(ok, pick("tokens_per_s_per_gpu"), np.nan),
+        "pred_mfu": np.where(ok, pick("mfu"), np.nan),
+        "pred_memory_gib": np.where(ok, pick("memory_gib"), np.nan),
+        "fits": np.where(ok, pick("fits") > 0, False),
+    })
+    return out[PRED_COLUMNS]
+
+
+def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
+    """Ground truth for the error: measured (or source-derived) tokens/s/GPU, else from iteration time."""
+    tok = pd.to_numeric(df.get("tokens_per_s_per_gpu"), errors="coerce").to_numpy(dtype=float)
+    it = pd.to_numeric(df.get("iteration_time_s"), errors="coerce").to_numpy(dtype=float)
+    gb = pd.to_numeric(df["global_batch"], errors="coerce").to_numpy(dtype=float)
+    s = pd.to_numeric(df["seq_len"], errors="coerce").to_numpy(dtype=float)
+    g = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float)
+    return np.where(np.isfinite(tok), tok, gb * s / it / g)
+
+
+def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per-source table (rows, ok, MAPE %, median APE %) and overall / macro MAPE."""
+    truth = measured_tokens_per_s_per_gpu(df)
+    ape = np.abs(pred["pred_tokens_per_s_per_gpu"].to_numpy() / truth - 1.0) * 100.0
+    frame = pd.DataFrame({
+        "source": source_slug(df["run_id"]).to_numpy(),
+        "ok": (pred["status"] == "ok").to_numpy(),
+        "ape": ape,
+    })
+    scored = frame[frame.ok & np.isfinite(frame.ape)]
+    table = frame.groupby("source").agg(rows=("ok", "size"), ok=("ok", "sum")).join(
+        scored.groupby("source").agg(scored=("ape", "size"), mape_pct=("ape", "mean"), median_ape_pct=("ape", "median"))
+    ).fillna({"scored": 0})
+    summary = {
+        "rows": int(len(frame)),
+        "ok": int(frame.ok.sum()),
+        "ok_fraction": float(frame.ok.mean()) if len(frame) else 0.0,
+        "scored": int(len(scored)),
+        "mape_pct": float(scored.ape.mean()) if len(scored) else float("nan"),
+        "macro_mape_pct": float(table.mape_pct.mean()) if len(scored) else float("nan"),
+    }
+    return table.sort_values("mape_pct", ascending=False), summary

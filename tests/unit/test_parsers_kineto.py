@@ -1,0 +1,119 @@
+"""Kineto trace parser against the three HTA sample traces."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from perfmodel.calibrate.parsers import busbw_factor, classify_kernel, parse_kineto_trace
+from perfmodel.errors import InputError
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+KINETO = DATA / "traces" / "kineto"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "parsers"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data folder absent")
+
+
+def _raw_events(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", ("nccl", "all_reduce")),
+    ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ("nccl", "reduce_scatter")),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", ("nccl", "send_recv")),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", ("gemm", None)),
+    ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN", ("gemm", None)),
+    ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn", ("gemm", None)),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)", ("gemm", None)),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>", ("attention", None)),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<>>>>", ("attention", None)),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", ("attention", None)),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", ("attention", None)),
+    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float>", ("other", None)),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>", ("other", None)),
+])
+def test_classify_kernel(name, expected):
+    assert classify_kernel(name) == expected
+
+
+def test_memory_by_category():
+    assert classify_kernel("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy") == ("memory", None)
+    assert classify_kernel("Memset (Device)", "gpu_memset") == ("memory", None)
+
+
+@needs_data
+def test_sampled_rank0_matches_hta_breakdown():
+    s = parse_kineto_trace(KINETO / "hta_timeline_analysis_sampled_rank-0.json")
+    # HTA's own breakdown of this file (REFERENCES.md §3b): comm 0.396 s, compute 0.210 s,
+    # memory 0.0013 s.
+    assert s.kernel_time_s["nccl"] == pytest.approx(0.396, abs=5e-4)
+    compute = s.kernel_time_s["gemm"] + s.kernel_time_s["attention"] + s.kernel_time_s["other"]
+    assert compute == pytest.approx(0.210, abs=5e-4)
+    assert s.kernel_time_s["memory"] == pytest.approx(0.0013, abs=5e-5)
+    assert s.nccl_time_s.keys() == {"send_recv"} and s.kernel_count["nccl"] == 10
+    assert s.step_time_s == {551: pytest.approx(0.607312), 552: pytest.approx(0.622928)}
+    assert s.device_name is None and s.world_size == 128 and s.nccl_collectives.empty
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["hta_critical_path_alexnet_a100_trace.json",
+                                  "hta_nccl_parser_config_nccl_data.json.gz",
+                                  "hta_timeline_analysis_sampled_rank-0.json"])
+def test_totals_equal_all_gpu_events(name):
+    events = _raw_events(KINETO / name)
+    gpu = [e for e in events if e.get("ph") == "X"
+           and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    s = parse_kineto_trace(KINETO / name)
+    assert sum(s.kernel_count.values()) == len(gpu)
+    assert sum(s.kernel_time_s.values()) == pytest.approx(sum(e["dur"] for e in gpu) * 1e-6)
+    nccl = [e for e in gpu if e["name"].startswith("nccl")]
+    assert s.kernel_time_s["nccl"] == pytest.approx(sum(e["dur"] for e in nccl) * 1e-6)
+
+
+@needs_data
+def test_alexnet_device_and_gemms():
+    s = parse_kineto_trace(KINETO / "hta_critical_path_alexnet_a100_trace.json")
+    assert s.device_name == "NVIDIA A100-PG509-200"
+    assert s.kernel_count["nccl"] == 0 and s.kernel_count["memory"] == 19  # 16 memcpy + 3 memset
+    assert s.kernel_count["gemm"] > 0 and s.step_time_s == {}
+
+
+@needs_data
+def test_nccl_metadata_gives_bandwidths():
+    s = parse_kineto_trace(KINETO / "hta_nccl_parser_config_nccl_data.json.gz")
+    df = s.nccl_collectives
+    assert df["collective"].value_counts().to_dict() == {"all_reduce": 15, "broadcast": 6}
+    assert s.device_name == "NVIDIA A100-PG509-200" and s.world_size == 2
+    assert sorted(s.step_time_s) == [4, 5, 6]
+    assert s.step_time_s[4] == pytest.approx(0.222442191)
+    first = df.iloc[0]  # args: In msg nelems 6637568, Float, dur 2636.669 us, Group size 2
+    assert first["bytes"] == 6637568 * 4 and first["group_size"] == 2
+    assert first["dur_s"] == pytest.approx(2636.669e-6)
+    assert first["algbw_gb_per_s"] == pytest.approx(6637568 * 4 / 2636.669e-6 / 1e9)
+    ratio = df["busbw_gb_per_s"] / df["algbw_gb_per_s"]
+    expected = [busbw_factor(c, g) for c, g in zip(df["collective"], df["group_size"])]
+    assert ratio.tolist() == pytest.approx(expected)
+    longs = df[df["dtype"] == "Long"]
+    assert len(longs) == 3  # broadcasts of int64 buffers: 8 bytes per element
+
+
+def test_truncated_json_names_file_and_line():
+    with pytest.raises(InputError, match=r"kineto_truncated\.json:\d+: trace: not JSON"):
+        parse_kineto_trace(FIXTURES / "kineto_truncated.json")
+
+
+def test_missing_trace_events():
+    with pytest.raises(InputError, match=r"kineto_no_events\.json:1: traceEvents"):
+        parse_kineto_trace(FIXTURES / "kineto_no_events.json")
+
+
+def test_not_gzip(tmp_path):
+    fake = tmp_path / "trace.json.gz"
+    fake.write_text("{}")
+    with pytest.raises(InputError, match=r"trace\.json\.gz:1"):
+        parse_kineto_trace(fake)

@@ -1,0 +1,90 @@
+"""Training-log parser against the shipped log excerpts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfmodel.calibrate.parsers import parse_training_log
+from perfmodel.errors import InputError
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+LOGS = DATA / "traces" / "logs"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "parsers"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared data folder absent")
+
+
+@needs_data
+def test_megatron_lm_with_throughput():
+    df = parse_training_log(LOGS / "megatron_lm_issue756_mixtral8x7b_16xH100.txt")
+    assert df["iteration"].tolist() == [43, 44, 45]
+    assert df["iteration_time_s"].tolist() == pytest.approx([5.4449, 5.5338, 5.7186])
+    assert df["tflop_per_s_per_gpu"].tolist() == [239.8, 236.0, 228.4]
+    assert (df["framework"] == "megatron-lm").all() and df["tokens_per_s_per_gpu"].isna().all()
+
+
+@needs_data
+def test_megatron_without_throughput():
+    df = parse_training_log(LOGS / "megatron_llm_epfl_issue11_no_throughput.txt")
+    assert df["iteration"].tolist() == [122, 123, 124, 125]
+    assert df["iteration_time_s"].iloc[0] == pytest.approx(86.5452)
+    assert df["tflop_per_s_per_gpu"].isna().all()
+
+
+@needs_data
+def test_deepspeed_timer_and_megatron_deepspeed():
+    df = parse_training_log(LOGS / "deepspeed_issue3742_timer_and_megatron_deepspeed.txt")
+    timer = df[df["framework"] == "deepspeed"].iloc[0]
+    assert timer["iteration"] == 34 and timer["samples_per_s"] == pytest.approx(8.00912418308922)
+    mds = df[df["framework"] == "megatron-deepspeed"].iloc[0]
+    assert mds["iteration"] == 34 and mds["iteration_time_s"] == pytest.approx(4.1031)
+    assert mds["tflop_per_s_per_gpu"] == 112.9 and mds["samples_per_s"] == 7.799
+    assert len(df) == 2
+
+
+@needs_data
+def test_deepspeed_flops_profiler():
+    row = parse_training_log(LOGS / "deepspeed_flops_profiler_bert_large_a100.txt").iloc[0]
+    assert row["iteration"] == 10 and row["iteration_time_s"] == pytest.approx(0.18473)
+    assert row["tflop_per_s_per_gpu"] == 102.0 and row["samples_per_s"] == 433.07
+    # the profile's own numbers agree: 80 samples / 184.73 ms
+    assert row["samples_per_s"] == pytest.approx(80 / row["iteration_time_s"], rel=1e-3)
+
+
+@needs_data
+def test_torchtitan_with_and_without_rank_prefix():
+    df = parse_training_log(LOGS / "torchtitan_pr1437_debug_log.txt")
+    assert df["iteration"].tolist() == [3, 4, 5, 10]
+    assert df["tokens_per_s_per_gpu"].tolist() == [30768, 35051, 34824, 34574]
+    assert df["mfu"].iloc[0] == pytest.approx(0.0032)
+    df = parse_training_log(LOGS / "torchtitan_pr2389_log.txt")
+    assert df["iteration"].tolist() == [4, 4, 4, 5]  # one line per rank
+    assert df["tflop_per_s_per_gpu"].iloc[0] == 314.71 and df["mfu"].iloc[0] == pytest.approx(0.1399)
+    assert (df["framework"] == "torchtitan").all() and df["iteration_time_s"].isna().all()
+
+
+@needs_data
+def test_kwai_format_code_is_not_a_log():
+    with pytest.raises(InputError, match=r"megatron_kwai_log_format_code\.txt:1: .*no iteration"):
+        parse_training_log(LOGS / "megatron_kwai_log_format_code.txt")
+
+
+def test_kwai_lines():
+    df = parse_training_log(FIXTURES / "megatron_kwai_synthetic.log")
+    assert (df["framework"] == "megatron-kwai").all() and df["line"].tolist() == [2, 3]
+    assert df["tokens_per_s_per_gpu"].tolist() == [387.0, 383.8]
+    assert df["iteration_time_s"].tolist() == pytest.approx([12.0, 12.1])
+
+
+def test_no_iteration_lines():
+    with pytest.raises(InputError, match=r"log_no_iterations\.txt:1: training log: no iteration"):
+        parse_training_log(FIXTURES / "log_no_iterations.txt")
+
+
+def test_columns_and_nan():
+    df = parse_training_log(FIXTURES / "megatron_kwai_synthetic.log")
+    for col in ("iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
+                "samples_per_s", "framework"):
+        assert col in df.columns
+    assert np.isnan(df["tflop_per_s_per_gpu"]).all()
