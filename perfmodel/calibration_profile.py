@@ -22,7 +22,7 @@ from perfmodel.specs.hardware import AcceleratorSpec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 
-GPU_OVERRIDABLE = {"matmul_efficiency_max", "intra_node_latency_us", "scale_out_latency_us"}
+GPU_OVERRIDABLE = {"matmul_efficiency_max", "intra_node_latency_us", "scale_out_latency_us", "attention_efficiency_max"}
 
 
 class Calibration(BaseModel):
@@ -50,7 +50,8 @@ class Calibration(BaseModel):
 
     def congestion_nodes(self, network: str | None) -> float:
         """Nodes at which the fabric's delivered bandwidth halves (inf: no congestion modelled)."""
-        return float(self.networks.get((network or "").strip().lower(), {}).get("congestion_nodes", float("inf")))
+        default = self.cost_constants().congestion_nodes
+        return float(self.networks.get((network or "").strip().lower(), {}).get("congestion_nodes", default))
 
     def gpu(self, spec: AcceleratorSpec) -> AcceleratorSpec:
         over = self.gpus.get(spec.name, {})

@@ -11,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 class CostConstants(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    matmul_training_efficiency: float = Field(
+        0.85, gt=0, le=1.2,
+        description="Achieved / best-shape (MAMF) matmul rate on training GEMMs: data- and weight-gradient "
+        "GEMMs, odd shapes and clock throttling under sustained load.",
+    )
     attn_efficiency_max: float = Field(
         0.55, gt=0, le=1,
         description="Flash-attention fwd fraction of dense peak at long sequences "
@@ -28,6 +33,11 @@ class CostConstants(BaseModel):
     )
     nvlink_efficiency: float = Field(
         0.80, gt=0, le=1.2, description="Achieved NVLink busbw / link rate (H100 ring ~370 of 450 GB/s, nccl-tests#212)."
+    )
+    congestion_nodes: float = Field(
+        32.0, gt=0,
+        description="Scale-out fabric for which no calibration is known: node count at which a job-wide "
+        "collective gets half the per-NIC bandwidth (tapered Clos; ~7 for the HF EFA cluster).",
     )
     nic_efficiency: float = Field(0.90, gt=0, le=1, description="Achieved inter-node busbw / NIC line rate.")
     hbm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved / datasheet HBM bandwidth for streaming kernels.")

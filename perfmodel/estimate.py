@@ -110,6 +110,7 @@ def cluster_arrays(
         * congestion,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
+        "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
         "inter_latency_s": cluster.scale_out_latency_us * US_S,
     }
 
@@ -133,8 +134,9 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
 
 def constant_arrays(constants: CostConstants) -> dict[str, float]:
     keys = (
-        "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
+        "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
         "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
+        "matmul_training_efficiency",
     )
     return {k: getattr(constants, k) for k in keys}
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibration_profile import Calibration
+from perfmodel.costs.flops import megatron_eq3_flops_per_iteration, model_flops_per_token
 from perfmodel.runs import runs_to_inputs
 from perfmodel.step import step_costs
 
@@ -51,14 +52,41 @@ def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd
     return out[PRED_COLUMNS]
 
 
+def convention_flops_per_token(df: pd.DataFrame) -> np.ndarray:
+    """FLOPs per token under the convention the source used for its TFLOP/s (``[tflops convention:
+    ...]`` in ``notes``): Megatron eq. 3 (Narayanan et al. 2021, counts recomputation), 3/4 of it
+    (flash-attention's model FLOPs), or model FLOPs (6N-style, attention not causally halved)."""
+    def col(name, default=np.nan):
+        return pd.to_numeric(df.get(name), errors="coerce").to_numpy(dtype=float) if name in df else np.full(len(df), default)
+
+    L, h, s = col("n_layers"), col("hidden_size"), col("seq_len")
+    V = np.nan_to_num(col("vocab_size"), nan=32000.0)
+    a, kv, ffn = col("n_heads"), col("n_kv_heads"), col("ffn_hidden_size")
+    kv = np.where(np.isfinite(kv), kv, a)
+    mm = np.where(df.get("mlp", pd.Series([""] * len(df))).fillna("").to_numpy() == "swiglu", 3.0, 2.0)
+    eq3 = megatron_eq3_flops_per_iteration(1.0, s, L, h, V) / s
+    model = model_flops_per_token(L, h, ffn, a, kv, V, mm, s, causal=False)
+    conv = df.get("notes", pd.Series([""] * len(df))).fillna("").astype(str).str.extract(
+        r"\[tflops convention:([^\]]*)\]")[0].fillna("").str.strip().to_numpy()
+    return np.select(
+        [conv == "Megatron eq.3 (counts recompute)", conv == "model FLOPs (Megatron formula x3/4)"],
+        [eq3, 0.75 * eq3], model,
+    )
+
+
 def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
-    """Ground truth for the error: measured (or source-derived) tokens/s/GPU, else from iteration time."""
+    """Ground truth for the error: measured (or source-derived) tokens/s/GPU; else from the
+    iteration time; else, where TFLOP/s is all the source gives, TFLOP/s over its convention's
+    FLOPs per token."""
     tok = pd.to_numeric(df.get("tokens_per_s_per_gpu"), errors="coerce").to_numpy(dtype=float)
     it = pd.to_numeric(df.get("iteration_time_s"), errors="coerce").to_numpy(dtype=float)
+    tflops = pd.to_numeric(df.get("tflops_per_gpu"), errors="coerce").to_numpy(dtype=float)
     gb = pd.to_numeric(df["global_batch"], errors="coerce").to_numpy(dtype=float)
     s = pd.to_numeric(df["seq_len"], errors="coerce").to_numpy(dtype=float)
     g = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float)
-    return np.where(np.isfinite(tok), tok, gb * s / it / g)
+    from_time = gb * s / it / g
+    from_tflops = tflops * 1e12 / convention_flops_per_token(df)
+    return np.where(np.isfinite(tok), tok, np.where(np.isfinite(from_time), from_time, from_tflops))
 
 
 def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dict]:

@@ -33,6 +33,11 @@ class AcceleratorSpec(BaseModel):
     nvlink_domain_gpus: int = Field(
         default=8, gt=0, description="GPUs that share one NVLink/NVSwitch domain (72 for NVL72)."
     )
+    attention_efficiency_max: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Flash-attention forward fraction of dense peak at long sequences on this GPU "
+        "(None: the global constant). FA2: A100 ~0.6, H100 ~0.35; FA3/cuDNN on H100 ~0.6 (kernels.csv).",
+    )
     default_gpus_per_node: int = Field(default=8, gt=0)
     default_scale_out_gbit_per_s_per_node: float = Field(
         gt=0, description="Typical total NIC bandwidth per node (e.g. 8x400 Gbit/s = 3200)."

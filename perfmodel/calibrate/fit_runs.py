@@ -1,0 +1,153 @@
+"""Fit the model's few physical parameters to measured training runs.
+
+Residual of a run: r = log(predicted / measured tokens/s/GPU), weighted by 1/sqrt(rows of its
+source) so every source counts the same however many rows it has (the HF playbook sweep is 81%
+of the rows). ``scipy.optimize.least_squares`` with a robust ``soft_l1`` loss keeps the very slow
+outliers from dominating. Parameters (each with a physical meaning, bounded to its plausible range):
+
+* global: matmul_training_efficiency, attn_efficiency_max, fp8_matmul_efficiency_ratio,
+  congestion_nodes (fabrics without their own entry);
+* per fabric with data (e.g. EFA): congestion_nodes;
+* per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
+  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s, dp_overlap.
+
+Never a constant per row; a row's measured value is used only in its own residual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from perfmodel.calibration_profile import Calibration
+from perfmodel.runs import runs_to_inputs
+from perfmodel.step import step_costs
+from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
+
+FRAMEWORK_PARAMS = {
+    # name: (lower, upper, start)
+    "kernel_efficiency": (0.3, 1.3, 0.9),
+}
+OVERHEAD_PARAMS = {
+    "layer_overhead_s": (0.0, 0.02, 5e-4),
+    "microbatch_overhead_s": (0.0, 0.5, 5e-3),
+    "p2p_overhead_s": (0.0, 1.0, 1e-2),
+}
+GLOBAL_PARAMS = {
+    "matmul_training_efficiency": (0.5, 1.1, 0.85),
+    "attn_efficiency_max": (0.15, 0.9, 0.5),
+    "fp8_matmul_efficiency_ratio": (0.3, 1.1, 0.8),
+    "congestion_nodes": (1.0, 4096.0, 32.0),
+}
+MIN_ROWS_FRAMEWORK = 5
+MIN_ROWS_OVERHEADS = 100
+
+
+@dataclass(frozen=True)
+class RunsFit:
+    calibration: Calibration
+    params: dict[str, float]
+    residuals: pd.DataFrame  # run_id, source, framework, log_ratio
+
+
+def _prepare(df: pd.DataFrame, base: Calibration):
+    inputs, status, _, recompute_given = runs_to_inputs(df, base)
+    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(c))})
+             for c in (0, 1, 2)]
+    chosen = np.full(len(df), 2.0)
+    for code in (1.0, 0.0):
+        chosen = np.where(np.asarray(tries[int(code)]["fits"]), code, chosen)
+    inputs["recompute"] = np.where(recompute_given, inputs["recompute"], chosen)
+    truth = measured_tokens_per_s_per_gpu(df)
+    ok = (status == "ok") & np.isfinite(truth) & (truth > 0)
+    return inputs, ok, truth
+
+
+def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
+    """Fit the parameters above to the runs in ``df`` (runs schema) and return a Calibration."""
+    base = base or Calibration()
+    inputs, ok, truth = _prepare(df, base)
+    framework = df["framework"].fillna("generic").astype(str).str.lower().to_numpy()
+    network = df.get("network", pd.Series([""] * len(df))).fillna("").astype(str).str.strip().str.lower().to_numpy()
+    gpn = pd.to_numeric(df.get("gpus_per_node"), errors="coerce").to_numpy(dtype=float)
+    n_nodes = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float) / np.nan_to_num(gpn, nan=8.0)
+    n_nodes = np.maximum(n_nodes, 1.0)
+    # NIC share without congestion: undo the factor the base calibration applied
+    base_cong = np.array([base.congestion_nodes(n) for n in network])
+    nic_raw = inputs["nic_bytes_per_s_per_gpu"] * np.where(n_nodes > 1, 1.0 + n_nodes / base_cong, 1.0)
+
+    src = source_slug(df["run_id"]).to_numpy()
+    weight = np.zeros(len(df))
+    for s in np.unique(src[ok]):
+        sel = ok & (src == s)
+        weight[sel] = 1.0 / np.sqrt(sel.sum())
+
+    names: list[tuple[str, str, str]] = []  # (kind, key, param)
+    lo, hi, x0 = [], [], []
+
+    def add(kind, key, param, bounds):
+        names.append((kind, key, param))
+        lo.append(bounds[0]); hi.append(bounds[1]); x0.append(bounds[2])
+
+    for p, b in GLOBAL_PARAMS.items():
+        add("global", "", p, b)
+    nets, net_counts = np.unique(network[ok & (n_nodes > 1)], return_counts=True)
+    for net, cnt in zip(nets, net_counts):
+        if net and cnt >= MIN_ROWS_OVERHEADS:
+            add("network", net, "congestion_nodes", (1.0, 4096.0, 8.0))
+    fws, counts = np.unique(framework[ok], return_counts=True)
+    for fw, cnt in zip(fws, counts):
+        if cnt >= MIN_ROWS_FRAMEWORK:
+            for p, b in FRAMEWORK_PARAMS.items():
+                add("framework", fw, p, b)
+        if cnt >= MIN_ROWS_OVERHEADS:
+            for p, b in OVERHEAD_PARAMS.items():
+                add("framework", fw, p, b)
+
+    def apply(x):
+        arrs = dict(inputs)
+        cong = np.full(len(df), np.inf)
+        for (kind, key, p), v in zip(names, x):
+            if kind == "global" and p == "congestion_nodes":
+                cong = np.where(np.isinf(cong), v, cong)
+            elif kind == "global":
+                arrs[p] = np.full(len(df), v)
+            elif kind == "framework":
+                arrs[p] = np.where(framework == key, v, arrs[p])
+        for (kind, key, p), v in zip(names, x):
+            if kind == "network":
+                cong = np.where(network == key, v, cong)
+        arrs["nic_bytes_per_s_per_gpu"] = nic_raw / np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
+        return arrs
+
+    def residual(x):
+        pred = step_costs(apply(x))["tokens_per_s_per_gpu"]
+        r = np.log(np.maximum(pred, 1e-9) / truth)
+        return np.where(ok, r * weight, 0.0)
+
+    x0a = np.clip(np.array(x0), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
+    res = least_squares(residual, x0a, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale="jac",
+                        diff_step=1e-3, max_nfev=200)
+    params: dict[str, float] = {}
+    constants = dict(base.constants)
+    frameworks = {k: dict(v) for k, v in base.frameworks.items()}
+    networks = {k: dict(v) for k, v in base.networks.items()}
+    for (kind, key, p), v in zip(names, res.x):
+        v = float(v)
+        if kind == "global":
+            constants[p] = v
+            params[p] = v
+        elif kind == "framework":
+            frameworks.setdefault(key, {})[p] = v
+            params[f"{key}.{p}"] = v
+        else:
+            networks.setdefault(key, {})[p] = v
+            params[f"network.{key}.{p}"] = v
+    cal = Calibration(constants=constants, frameworks=frameworks, gpus=base.gpus, networks=networks,
+                      provenance=dict(base.provenance))
+    pred = step_costs(apply(res.x))["tokens_per_s_per_gpu"]
+    resid = pd.DataFrame({"run_id": df["run_id"].to_numpy(), "source": src, "framework": framework,
+                          "log_ratio": np.where(ok, np.log(pred / truth), np.nan)})
+    return RunsFit(calibration=cal, params=params, residuals=resid)
