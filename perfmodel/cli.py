@@ -176,6 +176,32 @@ def validate(
     )
 
 
+@app.command()
+def calibrate(
+    gpu: GpuOpt,
+    out: Annotated[Path, typer.Option("--out", help="Calibrated profile YAML to write.")],
+    nccl_tests: Annotated[list[Path], typer.Option("--nccl-tests", help="nccl-tests output (repeatable).")] = [],
+    trace: Annotated[list[Path], typer.Option("--trace", help="PyTorch-profiler trace JSON (repeatable).")] = [],
+    log: Annotated[list[Path], typer.Option("--log", help="Training log (repeatable).")] = [],
+    gemm: Annotated[list[Path], typer.Option("--gemm", help="GEMM benchmark CSV m,n,k,dtype,time (repeatable).")] = [],
+    runs: Annotated[list[Path], typer.Option("--runs", help="Runs CSV in the runs schema (repeatable).")] = [],
+    gpus_per_node: GpnOpt = None,
+    scale_out_gbit_per_s: ScaleOutOpt = None,
+    network: NetworkOpt = None,
+):
+    """Fit the model to measured inputs and write a calibrated profile (--calibration FILE applies it)."""
+    from perfmodel.calibrate.command import run_calibration
+
+    try:
+        run_calibration(
+            gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
+            gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
+            echo=typer.echo,
+        )
+    except (InputError, ValidationError) as exc:
+        fail(exc)
+
+
 def main() -> None:
     try:
         app()

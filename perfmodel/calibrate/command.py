@@ -1,0 +1,182 @@
+"""``perfmodel calibrate``: measured inputs in, a calibrated profile YAML out.
+
+Each input kind feeds the parameters it can identify:
+* runs CSVs      -> framework/global/fabric parameters (``fit_runs``);
+* nccl-tests     -> collective latency/bandwidth/congestion (``fit_collectives``);
+* GEMM CSVs      -> the GPU's best-shape matmul efficiency (``fit_gemm``);
+* traces, logs   -> parsed and summarised (kernel-time split, NCCL busbw, step times) so the user
+  sees what the cluster does; they carry no configuration, so nothing is fitted from them alone.
+The profile records every input (path, SHA-256, points), the fit residuals and the date. It is
+written atomically: on any error no file is left behind.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy.optimize import least_squares
+
+from perfmodel.calibration_profile import Calibration
+from perfmodel.catalog import load_gpu
+from perfmodel.costs.compute import gemm_time_s
+from perfmodel.errors import InputError
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[float, pd.DataFrame]:
+    """Fit the best-shape matmul efficiency of ``gpu_name`` to measured GEMM times (robust, on
+    log time) through the same wave-quantized roofline the step model uses."""
+    gpu = load_gpu(gpu_name)
+    peak = np.array([gpu.peak_flop_per_s(str(d).lower().replace("float16", "fp16")) for d in gemm["dtype"]])
+    m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    t = gemm["time_s"].to_numpy(dtype=float)
+
+    def resid(x):
+        return np.log(gemm_time_s(m, n, k, peak, x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s) / t)
+
+    res = least_squares(resid, [gpu.matmul_efficiency_max], bounds=([0.05], [1.0]), loss="soft_l1", f_scale=0.1)
+    err = np.abs(np.exp(resid(res.x)) - 1.0) * 100
+    return float(res.x[0]), pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
+
+
+def _write_atomic(profile: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            yaml.safe_dump(profile, fh, sort_keys=False)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_calibration(
+    *, gpu: str, out: Path, nccl_tests=(), traces=(), logs=(), gemms=(), runs=(),
+    gpus_per_node: int | None = None, scale_out_gbit_per_s: float | None = None, network: str | None = None,
+    echo=print, base: Calibration | None = None,
+) -> Calibration:
+    """Parse everything first (any bad input raises before anything is written), fit, write."""
+    from perfmodel.calibrate.parsers import (
+        parse_gemm_csv, parse_kineto_trace, parse_nccl_tests_all, parse_training_log, read_runs_csv,
+    )
+
+    spec = load_gpu(gpu)
+    if not any((nccl_tests, traces, logs, gemms, runs)):
+        raise InputError("inputs", "give at least one of --nccl-tests, --trace, --log, --gemm, --runs")
+    inputs: list[dict] = []
+    parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
+    parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
+    parsed_logs = [(p, parse_training_log(p)) for p in map(Path, logs)]
+    parsed_gemm = [(p, parse_gemm_csv(p)) for p in map(Path, gemms)]
+    parsed_runs = [(p, read_runs_csv(p)) for p in map(Path, runs)]
+
+    cal = base or Calibration()
+    gpus_over: dict[str, dict[str, float]] = {}
+    if parsed_nccl:
+        try:
+            from perfmodel.calibrate.fit_collectives import fit_from_tables
+        except ImportError as exc:  # pragma: no cover - shipped together
+            raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
+        tables = [t for _, ts in parsed_nccl for t in ts]
+        fitted, residuals = fit_from_tables(
+            tables, gpu_name=spec.name, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
+            scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
+            network=network,
+        )
+        merged = cal.model_dump()
+        for key in ("constants", "gpus", "networks"):
+            for name, val in (fitted.get(key) or {}).items():
+                if isinstance(val, dict):
+                    merged[key][name] = {**merged[key].get(name, {}), **val}
+                else:
+                    merged[key][name] = val
+        cal = Calibration(**merged)
+        for p, ts in parsed_nccl:
+            med = residuals.get(str(p))
+            inputs.append({"kind": "nccl-tests", "path": _rel(p), "sha256": sha256_of(p),
+                           "points": int(sum(len(t.rows) for t in ts)), "median_abs_err_pct_ge_1MiB": med})
+            echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| (>= 1 MiB) = {med}")
+    for p, g in parsed_gemm:
+        eff, errs = fit_gemm(g, spec.name)
+        gpus_over.setdefault(spec.name, {})["matmul_efficiency_max"] = eff
+        med = float(errs.abs_err_pct.median())
+        inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
+                       "median_abs_err_pct": med, "matmul_efficiency_max": eff})
+        echo(f"gemm {p}: {len(g)} shapes, matmul_efficiency_max = {eff:.3f}, median |error| = {med:.1f}%")
+    for p, summary in parsed_traces:
+        cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
+        inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "kernel_time_s": cats})
+        echo(f"trace {p}: kernel time by category (s) {cats}")
+        if len(summary.nccl_collectives):
+            by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()
+            echo(f"  NCCL median busbw (GB/s) by collective: {by}")
+    for p, log in parsed_logs:
+        it = log["iteration_time_s"].dropna()
+        med = float(it.median()) if len(it) else None
+        inputs.append({"kind": "log", "path": _rel(p), "sha256": sha256_of(p), "points": len(log),
+                       "median_iteration_time_s": med})
+        echo(f"log {p}: {len(log)} iteration lines, median iteration time {med} s")
+    if gpus_over:
+        merged = {**cal.gpus}
+        for k, v in gpus_over.items():
+            merged[k] = {**merged.get(k, {}), **v}
+        cal = cal.model_copy(update={"gpus": merged})
+    if parsed_runs:
+        from perfmodel.calibrate.fit_runs import fit_runs
+
+        df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
+        fit = fit_runs(df, cal)
+        cal = fit.calibration
+        per_src = fit.residuals.dropna().groupby("source").log_ratio.apply(
+            lambda r: float(np.mean(np.abs(np.exp(r) - 1.0)) * 100))
+        for p, d in parsed_runs:
+            inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": len(d)})
+        echo("runs: tokens/s/GPU MAPE per source after the fit (%):")
+        for s, v in per_src.sort_values(ascending=False).items():
+            echo(f"  {s:<16} {v:6.1f}")
+        echo(f"  macro-averaged   {per_src.mean():6.1f}")
+        cal = cal.model_copy(update={"provenance": {**cal.provenance, "runs_fit_params": fit.params,
+                                                    "runs_mape_pct_by_source": per_src.round(2).to_dict()}})
+    provenance = {
+        **cal.provenance,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": spec.name,
+        "inputs": inputs,
+    }
+    cal = cal.model_copy(update={"provenance": provenance})
+    _write_atomic(_plain(cal.model_dump()), out)
+    echo(f"wrote {out}")
+    return cal
+
+
+def _plain(obj):
+    """numpy scalars -> Python, for YAML."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _rel(path: Path) -> str:
+    """The input's path relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
