@@ -6,9 +6,10 @@ Python API (see README): ``load_model``, ``load_gpu``, ``ClusterSpec.build``, ``
 from perfmodel.catalog import load_gpu, load_model
 from perfmodel.errors import InputError
 from perfmodel.estimate import Estimate, estimate
+from perfmodel.search import search
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 
 __all__ = [
-    "load_model", "load_gpu", "estimate", "Estimate", "InputError",
+    "load_model", "load_gpu", "estimate", "Estimate", "search", "InputError",
     "AcceleratorSpec", "ClusterSpec", "JobSpec", "ModelSpec", "ParallelSpec",
 ]

@@ -202,6 +202,15 @@ def calibrate(
         fail(exc)
 
 
+from perfmodel.search.cli import recommend as _recommend  # noqa: E402
+
+app.command("recommend")(_recommend)
+
+from perfmodel.calibrate.comm import comm_command as _comm  # noqa: E402
+
+app.command("comm")(_comm)
+
+
 def main() -> None:
     try:
         app()

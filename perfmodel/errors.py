@@ -26,6 +26,13 @@ def from_validation_error(exc, prefix: str = "", where: str | None = None) -> In
     field = ".".join(p for p in (prefix, loc) if p) or prefix or "input"
     msg = first.get("msg", str(exc))
     msg = msg.removeprefix("Value error, ")
+    if not loc:
+        # a cross-field rule: its message starts with the field it is about, e.g. "vpp (2) must ..."
+        import re
+
+        head = re.match(r"([a-z_]+) ", msg)
+        if head:
+            field = ".".join(p for p in (prefix, head.group(1)) if p)
     if first.get("type") == "extra_forbidden":
         msg = "unknown key (not allowed)"
     elif "input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict):

@@ -146,6 +146,7 @@ def parallel_arrays(par: ParallelSpec) -> dict[str, float]:
         "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "vpp": par.vpp,
         "micro_batch": par.micro_batch, "sp": float(par.sp and par.tp > 1),
         "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
+        "qwz": float("qwz" in par.zeropp), "hpz": float("hpz" in par.zeropp), "qgz": float("qgz" in par.zeropp),
     }
 
 

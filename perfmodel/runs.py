@@ -15,7 +15,7 @@ from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError
 from perfmodel.estimate import cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
-from perfmodel.specs.hardware import ClusterSpec
+from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.model import MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 
@@ -54,7 +54,8 @@ def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:
 def _text(df: pd.DataFrame, col: str) -> np.ndarray:
     if col not in df:
         return np.full(len(df), "", dtype=object)
-    return df[col].fillna("").astype(str).str.strip().str.lower().to_numpy(dtype=object)
+    cells = df[col].astype(object).where(df[col].notna(), "")
+    return cells.astype(str).str.strip().str.lower().to_numpy(dtype=object)
 
 
 def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
@@ -140,7 +141,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         g = min(g, n_g) if n_g < g else g
         cluster = ClusterSpec.model_construct(
             gpu=gpu, n_gpus=n_g, gpus_per_node=g,
-            nvlink_domain_gpus=max(g, gpu.nvlink_domain_gpus) if gpu.nvlink_domain_gpus % g == 0 else g,
+            nvlink_domain_gpus=nvlink_domain(gpu, g),
             scale_out_gbit_per_s_per_node=(
                 scale_out[i] if np.isfinite(scale_out[i]) and scale_out[i] > 0
                 else gpu.default_scale_out_gbit_per_s_per_node
@@ -175,5 +176,6 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         seq_len=safe(_num(df, "seq_len"), 1024.0), global_batch=safe(gb),
         tp=safe(tp), pp=safe(pp), dp=safe(dp), cp=safe(cp), vpp=safe(vpp), micro_batch=safe(mb),
         sp=sp.astype(float), zero_stage=safe(zero, 0.0), recompute=recompute,
+        qwz=np.zeros(n), hpz=np.zeros(n), qgz=np.zeros(n),
     )
     return inputs, status, reason, recompute_given

@@ -45,7 +45,7 @@ STEP_INPUTS = (
     "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus",
     "intra_latency_s", "inter_latency_s",
     # parallel
-    "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute",
+    "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "qwz", "hpz", "qgz",
     # framework
     "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
@@ -169,7 +169,24 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
     exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + exposed_red1
     # ZeRO-3: forward and backward all-gather + reduce-scatter every micro-batch, prefetched
-    z3_mb = 2.0 * ag + rs
+    # ZeRO++ (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py / coalesced_collectives.py):
+    # qwZ  all-gathers int8 weights + one fp32 scale per block of <= 8K elements (0.5 M on the wire)
+    #      plus quantize (local shard) and dequantize (gathered buffer) kernels;
+    # hpZ  keeps a secondary bf16 shard inside each node: the backward all-gather stays on NVLink;
+    # qgZ  replaces the gradient reduce-scatter by a hierarchical int4 all-to-all (M/Z per node, Z=4),
+    #      with fused dequant-reduce-requant kernels; it falls back to reduce-scatter on one node.
+    qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
+    gpn = np.minimum(f64["nvlink_domain_gpus"], dp * dp_stride)
+    qw_bytes = params_gpu * (1.0 + 4.0 / 4096.0)
+    ag_fwd = np.where(qwz > 0, coll("all_gather", qw_bytes, dp, dp_stride), ag)
+    quant_s = elementwise_time_s(3.0 * params_gpu, hbm, f64["hbm_efficiency"])  # read bf16/int8, write int8/bf16
+    hpz_group = np.clip(np.floor(gpn / dp_stride), 1.0, dp)
+    ag_bwd = np.where(hpz > 0, coll("all_gather", np.where(qwz > 0, qw_bytes, 2.0 * params_gpu), hpz_group, dp_stride),
+                      ag_fwd)
+    multi_node = dp * dp_stride > f64["nvlink_domain_gpus"]
+    rs_qg = coll("reduce_scatter", 0.25 * 2.0 * params_gpu, dp, dp_stride) + 2.0 * quant_s
+    rs_z3 = np.where((qgz > 0) & multi_node, rs_qg, rs)
+    z3_mb = ag_fwd + ag_bwd + rs_z3 + qwz * 2.0 * quant_s
     exposed_red3 = n_micro * np.maximum(z3_mb - f64["dp_overlap"] * (compute_mb + recompute_mb), 0.0)
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
@@ -196,6 +213,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     weights, grads, optim = model_state_bytes(params_gpu, dp, zero, grad_bytes)
     # ZeRO-3 keeps up to two gathered layers (current + prefetched); the local shard is part of them
     weights = weights + np.where(zero >= 3, 2.0 * np.minimum(2.0, layers) * p_layer / tp * (1.0 - 1.0 / dp), 0.0)
+    # hpZ secondary partition: bf16 weights sharded over the node, 2 Psi / alpha bytes per GPU
+    weights = weights + np.where(hpz > 0, 2.0 * params_gpu / hpz_group, 0.0)
     act_layer = activation_bytes_per_layer(
         s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
     )

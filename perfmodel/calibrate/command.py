@@ -93,7 +93,7 @@ def run_calibration(
             raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
         tables = [t for _, ts in parsed_nccl for t in ts]
         fitted, residuals = fit_from_tables(
-            tables, gpu_name=spec.name, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
+            tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec.name, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
             scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
             network=network,
         )

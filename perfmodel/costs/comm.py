@@ -15,6 +15,20 @@ with f_AR(n) = 2(n-1)/n and f_AG(n) = f_RS(n) = (n-1)/n (Patarasuk & Yuan 2009; 
 doc/PERFORMANCE.md, whose busbw is exactly S f_op(n) / t). ``bw_nic`` is one GPU's share of its
 node's NICs: all GPUs of a node run their own groups at once (rail-optimized fabrics).
 S is nccl-tests' ``size``: the whole buffer (for all-gather / reduce-scatter the gathered size).
+
+Optional refinements (defaults keep the form above; fitted by perfmodel.calibrate.fit_collectives):
+- ``ring_inter_node``: NCCL's flat ring instead of the hierarchical split. One ring per rail runs
+  through all n ranks, so each rank's NIC carries f_op(n) S / k (not f_op(N) S / k): busbw then
+  equals the node's NIC bandwidth k bw_nic at any node count (nccl-tests doc/PERFORMANCE.md,
+  "busbw ... should be compared to the slowest link"; A100 clusters without NVLS, e.g. Polaris
+  busbw 36.6 / 36.4 / 30.9 GB/s at 2 / 8 / 256 nodes, where the split predicts a 1.75x drop).
+- ``latency_log2_coeff``: the growth b of alpha_inter (1 + b log2 N) (0.5 = the fixed tree depth
+  guess above; fitted per fabric).
+- ``ring_step_latency_s``: per-step latency of a flat ring over all n ranks, added to the
+  latency: (n-1) steps for all-gather / reduce-scatter / all-to-all, 2(n-1) for all-reduce
+  (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
+  MPICH", ring all-gather (p-1) alpha + (p-1)/p n beta); NCCL has no tree for all-gather, so at
+  hundreds of nodes this term dominates (Polaris all_gather 1 GiB: 26 ms at 2 nodes, 94 ms at 540).
 """
 from __future__ import annotations
 
@@ -52,8 +66,15 @@ def collective_time_s(
     nic_bytes_per_s_per_gpu,
     intra_latency_s,
     inter_latency_s,
+    *,
+    ring_inter_node=False,
+    latency_log2_coeff=0.5,
+    ring_step_latency_s=0.0,
 ):
-    """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks."""
+    """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
+
+    The keyword-only refinements are described in the module docstring; their defaults give
+    the plain two-tier model."""
     n = np.asarray(group_size, dtype=float)
     k = members_per_domain(n, stride, domain_gpus)
     n_domains = np.maximum(n / k, 1.0)
@@ -68,8 +89,13 @@ def collective_time_s(
         inter = (n - k) / n * size_bytes / nic_bytes_per_s_per_gpu
     else:
         intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
-        inter = op_factor(op, n_domains) * size_bytes / (k * nic_bytes_per_s_per_gpu)
-    latency = np.where(crosses, inter_latency_s * (1.0 + 0.5 * np.log2(n_domains)), intra_latency_s)
+        inter_ranks = np.where(ring_inter_node, n, n_domains)
+        inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu)
+    latency = np.where(
+        crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
+    )
+    ring_steps = (2.0 if op == "all_reduce" else 1.0) * (n - 1.0)
+    latency = latency + ring_steps * ring_step_latency_s
     return np.where(n > 1, np.maximum(intra, inter) + latency, 0.0)
 
 

@@ -82,6 +82,15 @@ class AcceleratorSpec(BaseModel):
         return gb_per_s_to_bytes_per_s(self.intra_node_bandwidth_gb_per_s)
 
 
+def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
+    """NVLink reaches across nodes only on multi-node NVLink systems (NVL72: 72 GPUs over 18
+    trays of 4); on HGX-style boards the domain is the node, whatever its GPU count."""
+    spans_nodes = gpu.nvlink_domain_gpus > gpu.default_gpus_per_node
+    if spans_nodes and gpu.nvlink_domain_gpus % gpus_per_node == 0:
+        return gpu.nvlink_domain_gpus
+    return gpus_per_node
+
+
 class ClusterSpec(BaseModel):
     """The cluster: how many GPUs, how many share a node / NVLink domain, and the network."""
 
@@ -123,7 +132,7 @@ class ClusterSpec(BaseModel):
     ) -> "ClusterSpec":
         """A cluster with the GPU's defaults for what is not given."""
         gpn = gpus_per_node or gpu.default_gpus_per_node
-        domain = max(gpn, gpu.nvlink_domain_gpus) if gpu.nvlink_domain_gpus % gpn == 0 else gpn
+        domain = nvlink_domain(gpu, gpn)
         return cls(
             gpu=gpu,
             n_gpus=n_gpus,

@@ -16,7 +16,11 @@ from perfmodel.errors import InputError
 def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
     """(all cells as str, file line of each row, file line of the header)."""
     path = Path(path)
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+    try:
+        fh = path.open(newline="", encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError("file", f"cannot read ({exc.strerror})", where=str(path)) from None
+    with fh:
         reader = csv.reader(fh)
         header: list[str] | None = None
         header_line = 0

@@ -1,0 +1,70 @@
+"""Does the model rank configurations the way the measurements do?
+
+For every group of rows of a runs CSV that share source (slug of run_id), model dimensions, GPU,
+GPU count, sequence length and global batch -- i.e. the same job run with different parallel
+configurations -- with at least ``--min-configs`` scored rows: the Spearman rank correlation of
+predicted vs measured tokens/s/GPU, and the top-1 regret (how much slower, measured, the
+configuration the model ranks first is than the measured best: 1 - measured[argmax pred] / max
+measured). Prints the groups and the means. No targets are asserted yet.
+
+    python benchmarks/ranking_quality.py [RUNS_CSV] [--min-configs 4]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, source_slug
+
+DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "runs" / "calibration_runs.csv"
+GROUP_KEYS = ["source_slug", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "gpu",
+              "n_gpus", "seq_len", "global_batch"]
+
+
+def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
+    pred = predict_runs(df)
+    frame = df.assign(
+        source_slug=source_slug(df["run_id"]).to_numpy(),
+        pred=pred["pred_tokens_per_s_per_gpu"].to_numpy(),
+        meas=measured_tokens_per_s_per_gpu(df),
+        ok=(pred["status"] == "ok").to_numpy(),
+    )
+    frame = frame[frame.ok & np.isfinite(frame.pred) & np.isfinite(frame.meas)]
+    rows = []
+    for key, g in frame.groupby([frame[k].fillna(-1) if k != "gpu" and k != "source_slug" else frame[k]
+                                 for k in GROUP_KEYS], sort=True):
+        if len(g) < min_configs:
+            continue
+        rho = spearmanr(g.pred, g.meas).statistic if g.meas.nunique() > 1 and g.pred.nunique() > 1 else np.nan
+        regret = 1.0 - g.meas.to_numpy()[np.argmax(g.pred.to_numpy())] / g.meas.max()
+        rows.append({"source": key[0], "gpu": key[6], "n_gpus": int(key[7]), "seq_len": int(key[8]),
+                     "global_batch": int(key[9]), "hidden": int(key[2]), "configs": len(g),
+                     "spearman": rho, "top1_regret": regret})
+    return pd.DataFrame(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs_csv", nargs="?", default=str(DEFAULT_CSV))
+    ap.add_argument("--min-configs", type=int, default=4)
+    args = ap.parse_args()
+    table = ranking_table(read_runs_csv(Path(args.runs_csv)), args.min_configs)
+    if table.empty:
+        print("no group has enough configurations")
+        return 0
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(table.round(3).to_string(index=False))
+    print(f"groups {len(table)} (rows {int(table.configs.sum())}); mean Spearman {table.spearman.mean():.3f} "
+          f"(median {table.spearman.median():.3f}, over {int(table.spearman.notna().sum())} groups with spread); "
+          f"mean top-1 regret {table.top1_regret.mean():.1%} (median {table.top1_regret.median():.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

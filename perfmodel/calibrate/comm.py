@@ -1,0 +1,186 @@
+"""``perfmodel comm``: one collective on a cluster, as nccl-tests would measure it.
+
+The group is all G GPUs with stride 1 (nccl-tests' default placement: ranks fill a node, then
+the next). ``size_bytes`` is nccl-tests' ``size`` column for the op; algbw = S / t and
+busbw = algbw x op factor (2(n-1)/n all_reduce; (n-1)/n all_gather / reduce_scatter /
+all_to_all; 1 send_recv), GB = 1e9 B (NVIDIA/nccl-tests doc/PERFORMANCE.md, REFERENCES.md §3a).
+
+The hardware inputs come from ``perfmodel.estimate.cluster_arrays`` with the calibration
+applied the same way ``estimate`` applies it (constants, per-GPU latencies, per-network
+congestion). A calibration's ``networks[NAME]`` may also carry the collective fit's
+per-fabric values (written by ``perfmodel.calibrate.fit_collectives``): ``nic_efficiency``,
+``nvlink_efficiency``, ``scale_out_latency_us``, ``intra_node_latency_us``,
+``ring_inter_node``, ``latency_log2_coeff``, ``ring_step_latency_us``,
+and op-specific ones prefixed ``all_gather.`` / ``reduce_scatter.`` / ``all_to_all.`` /
+``send_recv.`` (all_reduce uses the plain keys); those override the global values for that fabric.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+
+from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.costs.comm import OPS, collective_time_s, op_factor
+from perfmodel.errors import InputError
+from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec
+from perfmodel.units import GB_BYTES, US_S
+
+CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency")
+GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
+SHAPE_KEYS = ("ring_inter_node", "latency_log2_coeff", "ring_step_latency_us")
+SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
+OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
+"""Ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)."""
+
+
+def network_key(network: str | None) -> str:
+    return (network or "").strip().lower()
+
+
+def network_overrides(cal: Calibration, network: str | None, op: str) -> dict[str, float]:
+    """The fabric's fitted values; ``all_to_all.nic_efficiency`` beats ``nic_efficiency``."""
+    over = cal.networks.get(network_key(network), {})
+    out = {k: v for k, v in over.items() if "." not in k}
+    if op in OP_SPECIFIC:
+        out.update({k.split(".", 1)[1]: v for k, v in over.items() if k.startswith(f"{op}.")})
+    return out
+
+
+def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
+    """NVLink reaches the node's GPUs, or more where the GPU's domain spans nodes (NVL72)."""
+    multi_node = gpu.nvlink_domain_gpus > gpu.default_gpus_per_node
+    if multi_node and gpu.nvlink_domain_gpus % gpus_per_node == 0:
+        return gpu.nvlink_domain_gpus
+    return gpus_per_node
+
+
+def collective_inputs(
+    gpu: AcceleratorSpec,
+    n_gpus: int,
+    gpus_per_node: int,
+    scale_out_gbit_per_s_per_node: float | None,
+    network: str | None,
+    op: str,
+    calibration: Calibration,
+) -> dict[str, float]:
+    """SI inputs of ``collective_time_s`` for a whole-cluster group, calibration applied."""
+    from perfmodel.estimate import cluster_arrays  # estimate imports the step model; keep it lazy
+
+    over = network_overrides(calibration, network, op)
+    constants = calibration.cost_constants().model_copy(
+        update={k: over[k] for k in CONSTANT_KEYS if k in over}
+    )
+    spec = calibration.gpu(gpu)
+    spec = spec.model_copy(update={k: over[k] for k in GPU_KEYS if k in over})
+    cluster = ClusterSpec(
+        gpu=spec,
+        n_gpus=n_gpus,
+        gpus_per_node=gpus_per_node,
+        nvlink_domain_gpus=nvlink_domain(spec, gpus_per_node),
+        scale_out_gbit_per_s_per_node=scale_out_gbit_per_s_per_node or spec.default_scale_out_gbit_per_s_per_node,
+        scale_out_latency_us=spec.scale_out_latency_us,
+        network=network,
+    )
+    congestion = over.get("congestion_nodes", calibration.congestion_nodes(network))
+    arrays = cluster_arrays(cluster, "bf16", constants, congestion)
+    return {**arrays, **{k: float(over.get(k, SHAPE_DEFAULTS[k])) for k in SHAPE_KEYS}}
+
+
+def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
+    """nccl-tests time (s) of ``op`` on all ``n_gpus`` (stride 1) for the given inputs."""
+    return collective_time_s(
+        op,
+        np.asarray(size_bytes, dtype=float),
+        n_gpus,
+        1,
+        inputs["nvlink_domain_gpus"],
+        inputs["nvlink_bytes_per_s"],
+        inputs["nic_bytes_per_s_per_gpu"],
+        inputs["intra_latency_s"],
+        inputs["inter_latency_s"],
+        ring_inter_node=bool(inputs["ring_inter_node"]),
+        latency_log2_coeff=inputs["latency_log2_coeff"],
+        ring_step_latency_s=inputs["ring_step_latency_us"] * US_S,
+    )
+
+
+def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, scale_out) -> None:
+    if op not in OPS:
+        raise InputError("op", f"must be one of {', '.join(OPS)} (got {op!r})")
+    if size_bytes < 0:
+        raise InputError("bytes", f"must be >= 0 (got {size_bytes})")
+    if n_gpus < 2:
+        raise InputError("gpus", f"a collective needs at least 2 GPUs (got {n_gpus})")
+    if gpus_per_node <= 0:
+        raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
+    if n_gpus % gpus_per_node:
+        raise InputError("gpus", f"must be a multiple of gpus_per_node (gpus={n_gpus}, gpus_per_node={gpus_per_node})")
+    if scale_out is not None and scale_out <= 0:
+        raise InputError("scale_out_gbit_per_s", f"must be positive (got {scale_out})")
+
+
+def comm_result(
+    op: str,
+    size_bytes: float,
+    n_gpus: int,
+    gpus_per_node: int,
+    gpu: str | AcceleratorSpec,
+    scale_out_gbit_per_s_per_node: float | None = None,
+    network: str | None = None,
+    calibration: Calibration | None = None,
+) -> dict[str, float]:
+    """``{"time_s", "algbw_gb_per_s", "busbw_gb_per_s"}`` as nccl-tests defines them."""
+    from perfmodel.catalog import load_gpu
+
+    check_request(op, size_bytes, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node)
+    spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
+    cal = calibration if calibration is not None else load_calibration(None)
+    inputs = collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
+    time_s = float(collective_time(op, size_bytes, n_gpus, inputs))
+    algbw = size_bytes / time_s / GB_BYTES if time_s > 0 else 0.0
+    return {
+        "time_s": time_s,
+        "algbw_gb_per_s": algbw,
+        "busbw_gb_per_s": algbw * float(op_factor(op, n_gpus)),
+    }
+
+
+def comm_command(
+    op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")],
+    size_bytes: Annotated[int, typer.Option("--bytes", help="nccl-tests 'size' for the op, bytes.")],
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs in the group (all of the job).")],
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")],
+    gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")],
+    scale_out: Annotated[
+        Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
+    ] = None,
+    network: Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'EFA').")] = None,
+    calibration: Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """One collective as nccl-tests would measure it: time, algbw and busbw."""
+    from perfmodel.cli import fail
+
+    try:
+        cal = load_calibration(calibration)
+        out = comm_result(op, size_bytes, gpus, gpus_per_node, gpu, scale_out, network, cal)
+    except InputError as exc:
+        fail(exc)
+        return
+    if as_json:
+        typer.echo(json.dumps(out))
+        return
+    rows = [
+        ("op", op),
+        ("size", f"{size_bytes} B"),
+        ("gpus", f"{gpus} ({gpus // gpus_per_node} nodes x {gpus_per_node})"),
+        ("time", f"{out['time_s'] / US_S:.1f} us"),
+        ("algbw", f"{out['algbw_gb_per_s']:.2f} GB/s"),
+        ("busbw", f"{out['busbw_gb_per_s']:.2f} GB/s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    typer.echo("\n".join(f"  {k:<{width}}  {v}" for k, v in rows))

@@ -1,0 +1,198 @@
+"""``perfmodel recommend``: search the configuration space and print the best candidates.
+
+Registered on the main app in ``perfmodel/cli.py``. Bad input ends in one ``error:`` line and
+exit 2 (the helpers of ``perfmodel.cli``); no feasible configuration exits 1 (CONTRACT.md).
+
+The option types are declared here rather than imported from ``perfmodel.cli`` because that
+module imports this one while it is being built; names, defaults and meaning are the same as
+``perfmodel estimate``'s.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name, model YAML or HF config.json.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]
+BatchOpt = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
+SeqOpt = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")]
+GpnOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: the GPU's).")]
+ScaleOutOpt = Annotated[
+    Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
+]
+NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'IB NDR', 'EFA').")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4.")]
+FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
+CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _parse_range(text: str | None) -> list[int] | None:
+    from perfmodel.errors import InputError
+
+    if text is None or not text.strip():
+        return None
+    try:
+        vals = [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise InputError("gpus_range", f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise InputError("gpus_range", f"must hold positive integers (got {text!r})")
+    return vals
+
+
+def _table(df, cols: list[tuple[str, str, str]]) -> str:
+    """Fixed-width table: (header, column, format)."""
+    cells = [[h for h, _, _ in cols]]
+    for i, rec in enumerate(df.to_dict("records"), start=1):
+        row = []
+        for _, k, fmt in cols:
+            v = i if k == "#" else rec[k]
+            if k == "sp":
+                v = "on" if v else "off"
+            row.append(format(v, fmt) if fmt else str(v))
+        cells.append(row)
+    widths = [max(len(r[j]) for r in cells) for j in range(len(cols))]
+    return "\n".join("  " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
+
+
+def recommend(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    global_batch: BatchOpt,
+    gpus: GpusOpt = None,
+    seq_len: SeqOpt = 2048,
+    gpus_per_node: GpnOpt = None,
+    scale_out_gbit_per_s: ScaleOutOpt = None,
+    network: NetworkOpt = None,
+    precision: PrecisionOpt = "bf16",
+    framework: FrameworkOpt = "megatron-lm",
+    calibration: CalibrationOpt = None,
+    top: Annotated[int, typer.Option("--top", help="How many candidates to show.")] = 5,
+    json_out: JsonOpt = False,
+    objective: Annotated[
+        str, typer.Option("--objective", help="throughput (tokens/s/GPU), time-to-train or cost.")
+    ] = "throughput",
+    train_tokens: Annotated[
+        Optional[float], typer.Option("--train-tokens", help="Tokens to train (time-to-train, cost).")
+    ] = None,
+    usd_per_gpu_hour: Annotated[
+        Optional[float], typer.Option("--usd-per-gpu-hour", help="Price of one GPU-hour (cost).")
+    ] = None,
+    gpus_range: Annotated[
+        Optional[str], typer.Option("--gpus-range", help="Comma list of GPU counts, e.g. 256,512,1024: "
+                                    "search each and print the GPUs-vs-throughput Pareto front.")
+    ] = None,
+    emit: Annotated[
+        Optional[str], typer.Option("--emit", help="Print the winner as megatron flags, a deepspeed JSON "
+                                    "config or a torchtitan TOML section.")
+    ] = None,
+):
+    """Search tp/pp/dp/cp/vpp/micro-batch/SP/ZeRO/recompute for the fastest configuration that fits."""
+    from pydantic import ValidationError
+
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.catalog import load_model
+    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.errors import InputError
+    from perfmodel.search.emit import EMIT_TARGETS
+    from perfmodel.search.emit import emit as emit_text
+    from perfmodel.search.engine import OBJECTIVES, run_search
+    from perfmodel.search.explain import describe, explain
+
+    try:
+        spec = load_model(model)
+        counts = _parse_range(gpus_range)
+        if gpus is None and counts is None:
+            raise InputError("gpus", "is required (or give --gpus-range)")
+        if top <= 0:
+            raise InputError("top", f"must be a positive integer (got {top})")
+        if objective not in OBJECTIVES:
+            raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
+        if emit is not None and emit not in EMIT_TARGETS:
+            raise InputError("emit", f"must be one of {', '.join(EMIT_TARGETS)} (got {emit!r})")
+        if counts is not None and gpus is not None:
+            counts = sorted(set(counts) | {gpus})
+        base = gpus if gpus is not None else max(counts)
+        cluster = build_cluster(gpu, base, gpus_per_node, scale_out_gbit_per_s, network)
+        job = build_job(global_batch, seq_len, precision, framework)
+        cal = load_calibration(calibration)
+        res = run_search(spec, cluster, job, cal, gpu_counts=counts, objective=objective,
+                         train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=max(top, 2),
+                         progress=True)
+    except (InputError, ValidationError) as exc:
+        fail(exc)
+
+    where = f"{spec.name} on {gpus_range or gpus} x {cluster.gpu.name}"
+    if res.n_feasible == 0:
+        if json_out:
+            typer.echo(json.dumps(res.contract_json(top)))
+        mems = [ev.metrics["memory_gib"] for ev in res.evaluated if ev.metrics["memory_gib"].size]
+        if mems:
+            least = min(float(m.min()) for m in mems)
+            why = (f"none of the {res.n_evaluated:,} structurally valid configurations fits in memory (the "
+                   f"smallest needs {least:.1f} GiB per GPU, the GPU has {cluster.gpu.hbm_capacity_gib:.0f})")
+        else:
+            reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
+            why = "no structurally valid configuration: " + "; ".join(f"{k} ({v:,})" for k, v in reasons)
+        typer.echo(
+            f"error: no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+    best = res.candidates.iloc[0]
+    emitted = emit_text(emit, spec, job, {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node}) if emit else None
+    if json_out:
+        out = res.contract_json(top)
+        if emitted is not None:
+            out["emit"] = {"target": emit, "text": emitted}
+        typer.echo(json.dumps(out, indent=2))
+        return
+
+    df = res.candidates.head(top)
+    typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {precision}, {framework}")
+    typer.echo(
+        f"searched {res.n_evaluated:,} configurations in {res.search_time_s:.2f} s: {res.n_feasible:,} fit "
+        f"(objective: {objective})"
+    )
+    cols = [("#", "#", "")]
+    if counts is not None:
+        cols.append(("gpus", "n_gpus", ""))
+    cols += [("tp", "tp", ""), ("pp", "pp", ""), ("dp", "dp", ""), ("cp", "cp", ""), ("vpp", "vpp", ""),
+             ("mb", "micro_batch", ""), ("sp", "sp", ""), ("zero", "zero_stage", ""), ("recompute", "recompute", ""),
+             ("step s", "iteration_time_s", ".3f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),
+             ("MFU", "mfu", ".1%"), ("GiB", "memory_gib", ".1f")]
+    if train_tokens is not None:
+        df = df.assign(time_to_train_h=df["time_to_train_s"] / 3600.0)
+        cols.append(("train h", "time_to_train_h", ",.1f"))
+    if usd_per_gpu_hour is not None and train_tokens is not None:
+        cols.append(("cost $", "cost_usd", ",.0f"))
+    typer.echo(_table(df, cols))
+    typer.echo("time breakdown (s) and memory breakdown (GiB):")
+    bcols = [("#", "#", "")] + [
+        (k.removesuffix("_s"), k, ".3f") for k in (
+            "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s",
+            "optimizer_s", "overhead_s")
+    ] + [(k.removesuffix("_gib"), k, ".1f") for k in (
+        "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")]
+    typer.echo(_table(df, bcols))
+    typer.echo("why:")
+    for line in explain(res, cluster.gpus_per_node):
+        typer.echo(f"  {line}")
+    reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:4]
+    typer.echo("rejected: " + "; ".join(f"{k} ({v:,})" for k, v in reasons))
+    if res.pareto is not None and not res.pareto.empty:
+        typer.echo("Pareto front, GPUs vs total tokens/s (fastest configuration per GPU count):")
+        typer.echo(_table(res.pareto, [
+            ("gpus", "n_gpus", ""), ("tok/s", "tokens_per_s", ",.0f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),
+            ("MFU", "mfu", ".1%"), ("tp", "tp", ""), ("pp", "pp", ""), ("dp", "dp", ""), ("cp", "cp", ""),
+            ("vpp", "vpp", ""), ("mb", "micro_batch", ""), ("zero", "zero_stage", ""), ("recompute", "recompute", ""),
+        ]))
+    if emitted is not None:
+        typer.echo(f"{emit} configuration for {describe(best)}:")
+        typer.echo(emitted)

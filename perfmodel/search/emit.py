@@ -1,0 +1,199 @@
+"""Print a chosen configuration in the words of the framework that will run it.
+
+Flag and key names are the projects' own (checked against their sources):
+
+* Megatron-LM ``megatron/training/arguments.py``: --tensor-model-parallel-size,
+  --pipeline-model-parallel-size, --context-parallel-size, --num-layers-per-virtual-pipeline-stage,
+  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split,
+  --sequence-parallel, --micro-batch-size, --global-batch-size, --seq-length,
+  --recompute-granularity {full,selective}, --recompute-method {uniform,block},
+  --recompute-num-layers, --use-distributed-optimizer, --use-megatron-fsdp,
+  --data-parallel-sharding-strategy {no_shard,optim,optim_grads,optim_grads_params},
+  --ckpt-format fsdp_dtensor, --fp8-format {e4m3,hybrid}, --fp8-recipe, --fp4-format e2m1.
+* DeepSpeed ``deepspeed/runtime/constants.py`` (train_batch_size, train_micro_batch_size_per_gpu,
+  gradient_accumulation_steps, bf16/fp16.enabled, gradient_clipping, steps_per_print) and
+  ``deepspeed/runtime/zero/config.py`` (zero_optimization: stage, overlap_comm, reduce_scatter,
+  contiguous_gradients, zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients),
+  ``deepspeed/runtime/activation_checkpointing/config.py`` (partition_activations,
+  contiguous_memory_optimization, cpu_checkpointing).
+* torchtitan ``torchtitan/config/job_config.py``: [training] local_batch_size, global_batch_size,
+  seq_len; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
+  fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
+  pipeline_parallel_schedule, pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage,
+  context_parallel_degree; [activation_checkpoint] mode, selective_ac_option.
+"""
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from perfmodel.specs import JobSpec, ModelSpec
+
+EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
+
+_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def _cfg(row: Mapping) -> dict:
+    return {
+        "tp": int(row["tp"]), "pp": int(row["pp"]), "dp": int(row["dp"]), "cp": int(row["cp"]),
+        "vpp": int(row["vpp"]), "mb": int(row["micro_batch"]), "sp": bool(row["sp"]),
+        "zero": int(row["zero_stage"]), "recompute": str(row["recompute"]),
+        "zeropp": set(p for p in str(row.get("zeropp", "") or "").split(",") if p),
+    }
+
+
+def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
+    """Megatron-LM arguments (one token per list item) for the configuration ``row``."""
+    c = _cfg(row)
+    L = model.n_layers
+    f = [
+        "--num-layers", str(L), "--hidden-size", str(model.hidden_size),
+        "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.n_heads),
+    ]
+    if model.n_kv_heads != model.n_heads:
+        f += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
+    if model.mlp_matrices == 3:
+        f += ["--swiglu"]
+    if not model.tied_embeddings:
+        f += ["--untie-embeddings-and-output-weights"]
+    f += [
+        "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
+        "--tensor-model-parallel-size", str(c["tp"]),
+        "--pipeline-model-parallel-size", str(c["pp"]),
+        "--context-parallel-size", str(c["cp"]),
+    ]
+    uneven = c["pp"] > 1 and L % c["pp"] != 0
+    if uneven:  # embedding and loss count as layers so that L + 2 splits evenly
+        f += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    if c["vpp"] > 1:
+        per_stage = (L + 2 if uneven else L) // c["pp"]
+        f += ["--num-layers-per-virtual-pipeline-stage", str(per_stage // c["vpp"])]
+    if c["sp"] and c["tp"] > 1:
+        f += ["--sequence-parallel"]
+    f += ["--micro-batch-size", str(c["mb"]), "--global-batch-size", str(job.global_batch)]
+    if c["recompute"] == "selective":
+        f += ["--recompute-granularity", "selective"]
+    elif c["recompute"] == "full":
+        f += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if c["zero"] == 1:
+        f += ["--use-distributed-optimizer"]
+    elif c["zero"] >= 2:
+        f += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[c["zero"]],
+              "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
+    if c["dp"] > 1:
+        f += ["--overlap-grad-reduce"]
+        if c["zero"] >= 1:
+            f += ["--overlap-param-gather"]
+    prec = job.precision
+    if prec == "fp16":
+        f += ["--fp16"]
+    else:
+        f += ["--bf16"]
+        if prec == "fp8":
+            f += ["--fp8-format", "hybrid"]
+        elif prec == "mxfp8":
+            f += ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
+        elif prec == "nvfp4":
+            f += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    return f
+
+
+def format_megatron(flags: list[str]) -> str:
+    """One flag (with its value) per line, shell-continued."""
+    lines, cur = [], []
+    for tok in flags:
+        if tok.startswith("--") and cur:
+            lines.append(" ".join(cur))
+            cur = []
+        cur.append(tok)
+    if cur:
+        lines.append(" ".join(cur))
+    return " \\\n".join(f"    {ln}" for ln in lines)
+
+
+def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
+    """A DeepSpeed JSON config (dict) for ``row``. TP/PP/CP are not DeepSpeed config keys: the
+    launcher (Megatron-DeepSpeed) takes them as flags, see ``megatron_flags``."""
+    c = _cfg(row)
+    gas = job.global_batch // (c["mb"] * c["dp"])
+    cfg: dict = {
+        "train_batch_size": job.global_batch,
+        "train_micro_batch_size_per_gpu": c["mb"],
+        "gradient_accumulation_steps": gas,
+        "steps_per_print": 10,
+        "gradient_clipping": 1.0,
+    }
+    if job.precision == "fp16":
+        cfg["fp16"] = {"enabled": True}
+    else:
+        cfg["bf16"] = {"enabled": True}
+    zero: dict = {
+        "stage": c["zero"],
+        "overlap_comm": c["zero"] >= 1,
+        "contiguous_gradients": True,
+        "reduce_scatter": True,
+        # ZeRO++ (Wang et al. 2023, arXiv 2306.10209): quantized weights (qwZ), hierarchical
+        # partitioning (hpZ, secondary group = one node), quantized gradients (qgZ); ZeRO-3 only
+        "zero_quantized_weights": "qwz" in c["zeropp"],
+        "zero_hpz_partition_size": int(row.get("gpus_per_node", 8)) if "hpz" in c["zeropp"] else 1,
+        "zero_quantized_gradients": "qgz" in c["zeropp"],
+    }
+    cfg["zero_optimization"] = zero
+    if c["recompute"] != "none":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": c["tp"] > 1,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+        }
+    return cfg
+
+
+def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
+    """[training], [parallelism] and [activation_checkpoint] sections for ``row``.
+
+    Data parallelism maps to FSDP2: ZeRO-3 = full sharding, ZeRO-1/2 = sharding with
+    ``fsdp_reshard_after_forward = "never"`` (parameters stay gathered between forward and
+    backward, like ZeRO-2; torchtitan has no optimizer-only sharding), ZeRO-0 = replication (DDP).
+    torchtitan's TP always shards the norm/dropout region (sequence parallel)."""
+    c = _cfg(row)
+    dp = c["dp"]
+    replicate, shard = (dp, 1) if c["zero"] == 0 else (1, dp)
+    reshard = "default" if c["zero"] >= 3 else "never"
+    local = job.global_batch // dp if c["pp"] > 1 else c["mb"]
+    lines = [
+        "[training]",
+        f"local_batch_size = {local}",
+        f"global_batch_size = {job.global_batch}",
+        f"seq_len = {job.seq_len}",
+        "",
+        "[parallelism]",
+        f"data_parallel_replicate_degree = {replicate}",
+        f"data_parallel_shard_degree = {shard}",
+        f'fsdp_reshard_after_forward = "{reshard}"',
+        f"tensor_parallel_degree = {c['tp']}",
+        f"context_parallel_degree = {c['cp']}",
+        f"pipeline_parallel_degree = {c['pp']}",
+    ]
+    if c["pp"] > 1:
+        schedule = "Interleaved1F1B" if c["vpp"] > 1 else "1F1B"
+        lines += [
+            f'pipeline_parallel_schedule = "{schedule}"',
+            f"pipeline_parallel_microbatch_size = {c['mb']}",
+            f"pipeline_parallel_layers_per_stage = {max(model.n_layers // (c['pp'] * c['vpp']), 1)}",
+        ]
+    lines += ["", "[activation_checkpoint]", f'mode = "{c["recompute"]}"']
+    if c["recompute"] == "selective":
+        lines.append('selective_ac_option = "op"')
+    return "\n".join(lines) + "\n"
+
+
+def emit(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> str:
+    """The configuration ``row`` as text for ``target`` (one of ``EMIT_TARGETS``)."""
+    if target == "megatron":
+        return format_megatron(megatron_flags(model, job, row))
+    if target == "deepspeed":
+        return json.dumps(deepspeed_config(model, job, row), indent=2)
+    if target == "torchtitan":
+        return torchtitan_toml(model, job, row)
+    raise ValueError(f"emit: must be one of {', '.join(EMIT_TARGETS)} (got {target!r})")

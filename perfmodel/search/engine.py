@@ -1,0 +1,350 @@
+"""Evaluate the space with the batched cost model, rank it, and build the result.
+
+The per-model/cluster/job inputs are built once by ``build_inputs`` for a template
+configuration and kept as scalars; only the ``PARALLEL_KEYS`` are arrays, so ``step_costs``
+broadcasts one set of scalars over every candidate. Candidates are evaluated in chunks of
+``CHUNK`` to bound memory; only the few columns needed for ranking are kept for all of them,
+and the full time/memory breakdown is recomputed for the rows that are shown.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.errors import InputError
+from perfmodel.estimate import build_inputs
+from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, Space, enumerate_space
+from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
+
+Objective = Literal["throughput", "time-to-train", "cost"]
+OBJECTIVES = ("throughput", "time-to-train", "cost")
+
+#: candidates per ``step_costs`` call: small enough that its ~40 float64 temporaries stay in
+#: cache (8192 was fastest of 4k..256k on a 175B/1024-GPU space: 3x faster than one big call)
+CHUNK = 1 << 13
+
+#: columns kept for every evaluated candidate
+METRICS = ("iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib", "fits")
+
+#: output columns, in order (CONTRACT.md ``perfmodel recommend``)
+CONTRACT_COLUMNS = (
+    "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute",
+    "iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib",
+)
+
+
+@dataclass
+class Evaluated:
+    """Every evaluated candidate of one GPU count: its configuration and metrics (arrays)."""
+
+    n_gpus: int
+    configs: dict[str, np.ndarray]
+    metrics: dict[str, np.ndarray]
+    template: dict[str, float]
+    rejected: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    """What a search found: the ranked feasible candidates plus the counts CONTRACT.md names."""
+
+    candidates: pd.DataFrame          # best first; CONTRACT_COLUMNS + n_gpus, objective columns, breakdowns
+    n_evaluated: int                  # distinct configurations whose cost was computed
+    n_feasible: int                   # structurally valid and fitting in memory
+    search_time_s: float
+    objective: str
+    rejected: dict[str, int]          # reason -> configurations rejected for it (memory included)
+    evaluated: list[Evaluated]
+    pareto: pd.DataFrame | None = None  # GPUs vs total tokens/s, when several GPU counts were searched
+    source_gpu_index: np.ndarray | None = None  # per candidate row: index into ``evaluated``
+    source_row: np.ndarray | None = None        # per candidate row: row within that Evaluated
+
+    def contract_json(self, top: int) -> dict:
+        rows = []
+        for rec in self.candidates.head(top).to_dict("records"):
+            row = {k: rec[k] for k in CONTRACT_COLUMNS}
+            for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"):
+                row[k] = int(row[k])
+            row["sp"] = bool(row["sp"])
+            for k in ("iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
+                row[k] = float(row[k])
+            if "n_gpus" in rec:
+                row["n_gpus"] = int(rec["n_gpus"])
+            rows.append(row)
+        out = {
+            "n_evaluated": int(self.n_evaluated),
+            "n_feasible": int(self.n_feasible),
+            "search_time_s": float(self.search_time_s),
+            "objective": self.objective,
+            "top": rows,
+        }
+        if self.pareto is not None:
+            out["pareto"] = self.pareto.to_dict("records")
+        return out
+
+
+def template_inputs(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, calibration: Calibration | None
+) -> dict[str, float]:
+    """The scalar STEP_INPUTS of a template configuration (its parallel keys are overwritten)."""
+    par = ParallelSpec(tp=1, pp=1, dp=cluster.n_gpus, cp=1, vpp=1, micro_batch=1, sp=False, zero_stage=0)
+    inputs = build_inputs(model, cluster, par, job, calibration)
+    return {k: np.float64(inputs[k]) for k in STEP_INPUTS}
+
+
+def evaluate(
+    template: dict[str, float],
+    configs: dict[str, np.ndarray],
+    keep: Sequence[str] = METRICS,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """``step_costs`` over the configurations, chunked; returns the ``keep`` columns."""
+    n = configs["tp"].size
+    out = {k: np.empty(n, dtype=bool if k == "fits" else float) for k in keep}
+    for start in range(0, n, CHUNK):
+        stop = min(start + CHUNK, n)
+        x = dict(template)
+        for k in PARALLEL_KEYS:
+            x[k] = configs[k][start:stop].astype(float)
+        res = step_costs(x)
+        for k in keep:
+            out[k][start:stop] = res[k]
+        if progress is not None:
+            progress(stop - start)
+    return out
+
+
+class _Progress:
+    """A stderr progress line, shown only once the search has run for more than a second."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, k: int) -> None:
+        self.done += k
+        if self.enabled and time.perf_counter() - self.t0 > 1.0:
+            self.shown = True
+            sys.stderr.write(f"\rsearching: {self.done:,} / {self.total:,} configurations")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+def _score(df_like: dict[str, np.ndarray], n_gpus: np.ndarray, job: JobSpec, objective: str,
+           train_tokens: float | None, usd_per_gpu_hour: float | None) -> dict[str, np.ndarray]:
+    """Objective columns; ``score`` is what is minimised."""
+    tps_gpu = df_like["tokens_per_s_per_gpu"]
+    total = tps_gpu * n_gpus
+    out = {"tokens_per_s": total}
+    tokens = train_tokens if train_tokens is not None else np.nan
+    out["time_to_train_s"] = tokens / total
+    price = usd_per_gpu_hour if usd_per_gpu_hour is not None else np.nan
+    out["cost_usd"] = out["time_to_train_s"] * n_gpus / 3600.0 * price
+    if objective == "throughput":
+        out["score"] = -tps_gpu
+    elif objective == "time-to-train":
+        out["score"] = 1.0 / total
+    else:
+        out["score"] = 1.0 / tps_gpu  # $ = tokens / (tok/s/GPU) x $/GPU-s: fewest GPU-seconds per token
+    return out
+
+
+def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
+    if objective not in OBJECTIVES:
+        raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
+    if train_tokens is not None and not train_tokens > 0:
+        raise InputError("train_tokens", f"must be positive (got {train_tokens})")
+    if usd_per_gpu_hour is not None and not usd_per_gpu_hour > 0:
+        raise InputError("usd_per_gpu_hour", f"must be positive (got {usd_per_gpu_hour})")
+    if objective == "time-to-train" and train_tokens is None:
+        raise InputError("train_tokens", "is required with objective time-to-train")
+    if objective == "cost" and (train_tokens is None or usd_per_gpu_hour is None):
+        raise InputError("usd_per_gpu_hour", "objective cost needs --train-tokens and --usd-per-gpu-hour")
+
+
+def breakdown_frame(ev: Evaluated, rows: np.ndarray) -> pd.DataFrame:
+    """Full time and memory breakdown for a few rows of one evaluated GPU count."""
+    sub = {k: ev.configs[k][rows] for k in PARALLEL_KEYS}
+    res = evaluate(ev.template, sub, keep=METRICS + TIME_PARTS + MEMORY_PARTS)
+    return pd.DataFrame({k: res[k] for k in TIME_PARTS + MEMORY_PARTS})
+
+
+def run_search(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    calibration: Calibration | None = None,
+    *,
+    gpu_counts: Sequence[int] | None = None,
+    objective: Objective = "throughput",
+    train_tokens: float | None = None,
+    usd_per_gpu_hour: float | None = None,
+    top: int | None = None,
+    progress: bool = False,
+) -> SearchResult:
+    """Enumerate, evaluate and rank every configuration of the job on ``cluster`` (or on each
+    of ``gpu_counts`` GPUs of the same kind). ``top`` limits the rows of the DataFrame (with
+    breakdowns); None keeps every feasible candidate (without breakdowns beyond the top 50)."""
+    _check_objective(objective, train_tokens, usd_per_gpu_hour)
+    cal = calibration if calibration is not None else load_calibration(None)
+    t0 = time.perf_counter()
+    counts = sorted(set(int(g) for g in gpu_counts)) if gpu_counts else [cluster.n_gpus]
+    clusters = [cluster] if not gpu_counts else [_cluster_with(cluster, g) for g in counts]
+    spaces: list[tuple[ClusterSpec, Space]] = [(c, enumerate_space(model, c, job)) for c in clusters]
+    total = sum(sp.size for _, sp in spaces)
+    bar = _Progress(total, progress)
+    evaluated: list[Evaluated] = []
+    rejected: dict[str, int] = {}
+    for c, space in spaces:
+        template = template_inputs(model, c, job, cal)
+        metrics = evaluate(template, space.configs, progress=bar) if space.size else {
+            k: np.empty(0, dtype=bool if k == "fits" else float) for k in METRICS}
+        evaluated.append(Evaluated(c.n_gpus, space.configs, metrics, template, space.rejected))
+        for k, v in space.rejected.items():
+            rejected[k] = rejected.get(k, 0) + v
+        n_unfit = int((~metrics["fits"]).sum())
+        if n_unfit:
+            rejected["does not fit in GPU memory"] = rejected.get("does not fit in GPU memory", 0) + n_unfit
+    bar.close()
+
+    # ---- rank the feasible candidates of every GPU count together --------------------------
+    parts = []
+    for i, ev in enumerate(evaluated):
+        rows = np.flatnonzero(ev.metrics["fits"])
+        parts.append((i, rows))
+    n_evaluated = sum(ev.configs["tp"].size for ev in evaluated)
+    n_feasible = sum(r.size for _, r in parts)
+    which = np.concatenate([np.full(r.size, i) for i, r in parts]) if parts else np.empty(0, int)
+    rows = np.concatenate([r for _, r in parts]) if parts else np.empty(0, int)
+    gcount = np.array([evaluated[i].n_gpus for i in range(len(evaluated))])[which] if which.size else np.empty(0)
+
+    def col(k):
+        return np.concatenate([evaluated[i].metrics[k][r] for i, r in parts]) if parts else np.empty(0)
+
+    m = {k: col(k) for k in METRICS}
+    scores = _score(m, gcount.astype(float), job, objective, train_tokens, usd_per_gpu_hour)
+    # best score first; ties: less memory, then fewer GPUs
+    order = np.lexsort((gcount, m["memory_gib"], scores["score"]))
+    keep = order if top is None else order[:top]
+
+    def cfg(k):
+        return np.concatenate([evaluated[i].configs[k][r] for i, r in parts])[keep] if parts else np.empty(0)
+
+    df = pd.DataFrame({
+        "n_gpus": gcount[keep].astype(int),
+        "tp": cfg("tp"), "pp": cfg("pp"), "dp": cfg("dp"), "cp": cfg("cp"), "vpp": cfg("vpp"),
+        "micro_batch": cfg("micro_batch"), "sp": cfg("sp").astype(bool), "zero_stage": cfg("zero_stage"),
+        "zeropp": "",
+        "recompute": [RECOMPUTE_NAMES[int(r)] for r in cfg("recompute")],
+        **{k: m[k][keep] for k in ("iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")},
+        **{k: scores[k][keep] for k in ("tokens_per_s", "time_to_train_s", "cost_usd")},
+    })
+    df = _attach_breakdowns(df, evaluated, which[keep], rows[keep], n=min(len(df), 50))
+
+    pareto = pareto_front(df_all_best(evaluated)) if len(counts) > 1 else None
+    elapsed = time.perf_counter() - t0
+    df.attrs.update(n_evaluated=n_evaluated, n_feasible=n_feasible, search_time_s=elapsed)
+    return SearchResult(df, n_evaluated, n_feasible, elapsed, objective, rejected, evaluated, pareto,
+                        which[keep], rows[keep])
+
+
+def _cluster_with(cluster: ClusterSpec, n_gpus: int) -> ClusterSpec:
+    """The same kind of cluster with another GPU count."""
+    from pydantic import ValidationError
+
+    from perfmodel.errors import from_validation_error
+
+    if n_gpus <= 0:
+        raise InputError("gpus_range", f"must hold positive integers (got {n_gpus})")
+    try:
+        return ClusterSpec.build(
+            cluster.gpu, n_gpus, min(cluster.gpus_per_node, n_gpus), cluster.scale_out_gbit_per_s_per_node,
+            cluster.scale_out_latency_us, network=cluster.network,
+        )
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="gpus_range") from None
+
+
+def _attach_breakdowns(df: pd.DataFrame, evaluated: list[Evaluated], which: np.ndarray, rows: np.ndarray,
+                       n: int) -> pd.DataFrame:
+    """Time/memory breakdown columns for the first ``n`` rows (NaN below)."""
+    cols = {k: np.full(len(df), np.nan) for k in TIME_PARTS + MEMORY_PARTS}
+    for i, ev in enumerate(evaluated):
+        sel = np.flatnonzero(which[:n] == i)
+        if sel.size:
+            b = breakdown_frame(ev, rows[sel])
+            for k in cols:
+                cols[k][sel] = b[k].to_numpy()
+    return df.assign(**cols)
+
+
+def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
+    """The fastest feasible configuration of each GPU count (total tokens/s)."""
+    recs = []
+    for ev in evaluated:
+        fits = ev.metrics["fits"]
+        if not fits.any():
+            continue
+        t = np.where(fits, ev.metrics["tokens_per_s_per_gpu"], -np.inf)
+        i = int(np.argmax(t))
+        recs.append({
+            "n_gpus": ev.n_gpus,
+            **{k: int(ev.configs[k][i]) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},
+            "sp": bool(ev.configs["sp"][i]), "recompute": RECOMPUTE_NAMES[int(ev.configs["recompute"][i])],
+            "tokens_per_s_per_gpu": float(t[i]), "tokens_per_s": float(t[i] * ev.n_gpus),
+            "mfu": float(ev.metrics["mfu"][i]),
+        })
+    return pd.DataFrame(recs)
+
+
+def pareto_front(best: pd.DataFrame) -> pd.DataFrame:
+    """Points not dominated in (fewer GPUs, more total tokens/s), ascending in GPUs."""
+    if best.empty:
+        return best
+    best = best.sort_values("n_gpus").reset_index(drop=True)
+    run_max = np.maximum.accumulate(best["tokens_per_s"].to_numpy())
+    prev = np.concatenate([[-np.inf], run_max[:-1]])
+    return best[best["tokens_per_s"].to_numpy() > prev].reset_index(drop=True)
+
+
+def search(
+    model: ModelSpec | str,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    calibration: Calibration | None = None,
+    *,
+    gpu_counts: Sequence[int] | None = None,
+    objective: Objective = "throughput",
+    train_tokens: float | None = None,
+    usd_per_gpu_hour: float | None = None,
+    top: int | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Search the parallel configurations of ``job`` on ``cluster``; a DataFrame, best first.
+
+    Columns: n_gpus, tp, pp, dp, cp, vpp, micro_batch, sp, zero_stage, zeropp, recompute,
+    iteration_time_s, tokens_per_s_per_gpu, mfu, memory_gib, tokens_per_s, time_to_train_s,
+    cost_usd, and the time/memory breakdown parts (for the first 50 rows). ``df.attrs`` holds
+    n_evaluated, n_feasible and search_time_s. An empty frame means nothing fits.
+    """
+    if isinstance(model, str):
+        from perfmodel.catalog import load_model
+
+        model = load_model(model)
+    res = run_search(model, cluster, job, calibration, gpu_counts=gpu_counts, objective=objective,
+                     train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress)
+    df = res.candidates
+    if res.pareto is not None:
+        df.attrs["pareto"] = res.pareto.to_dict("records")
+    return df

@@ -1,0 +1,105 @@
+"""Why the winner wins: compare it with the runner-up and with the common default layout.
+
+The common default is what practitioners start from (Megatron-LM / NeMo recipes): TP = the
+largest of 8, 4, 2, 1 that fits in one node and divides the heads, sequence parallelism on,
+the distributed optimizer (ZeRO-1), selective recomputation, micro-batch 1, no CP, no
+interleaving, and the smallest PP that fits in memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.costs.memory import RECOMPUTE_SELECTIVE
+from perfmodel.search.engine import Evaluated, SearchResult, breakdown_frame
+from perfmodel.step import TIME_PARTS
+
+CONFIG_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute")
+_SHORT = {"micro_batch": "mb", "zero_stage": "zero"}
+
+
+def describe(row) -> str:
+    """``tp=4 pp=16 dp=16 cp=1 vpp=3 mb=2 sp=on zero=1 recompute=none``."""
+    parts = []
+    for k in CONFIG_KEYS:
+        v = row[k]
+        if k == "sp":
+            v = "on" if bool(v) else "off"
+        parts.append(f"{_SHORT.get(k, k)}={v}")
+    if "n_gpus" in row and row.get("_multi", False):
+        parts.insert(0, f"gpus={row['n_gpus']}")
+    return " ".join(parts)
+
+
+def default_row(ev: Evaluated, gpus_per_node: int) -> int | None:
+    """Index (into ``ev``) of the common-default configuration, or None if it never fits."""
+    c, fits = ev.configs, ev.metrics["fits"]
+    tps = np.unique(c["tp"])
+    for t in (8, 4, 2, 1):
+        if t > gpus_per_node or t not in tps:
+            continue
+        m = (
+            (c["tp"] == t) & (c["cp"] == 1) & (c["vpp"] == 1) & (c["micro_batch"] == 1)
+            & (c["sp"] == int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] > 1, 1, 0))
+            & (c["recompute"] == RECOMPUTE_SELECTIVE) & fits
+        )
+        idx = np.flatnonzero(m)
+        if idx.size:
+            return int(idx[np.argmin(c["pp"][idx])])
+        return None
+    return None
+
+
+def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
+    """The largest time-part differences a - b, e.g. ``bubble -0.88 s, tp_comm +0.97 s``."""
+    d = {k.removesuffix("_s"): float(a[k] - b[k]) for k in TIME_PARTS}
+    top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:n]
+    return ", ".join(f"{k} {v:+.3f} s" for k, v in top if abs(v) > 1e-6) or "no difference"
+
+
+def _diff_keys(a, b) -> str:
+    diffs = [f"{_SHORT.get(k, k)} {a[k]} vs {b[k]}" for k in CONFIG_KEYS if a[k] != b[k]]
+    if "n_gpus" in a and a["n_gpus"] != b["n_gpus"]:
+        diffs.insert(0, f"gpus {a['n_gpus']} vs {b['n_gpus']}")
+    return ", ".join(diffs) or "same layout"
+
+
+def explain(result: SearchResult, gpus_per_node: int) -> list[str]:
+    """A few lines: winner vs runner-up, winner vs the common default."""
+    df = result.candidates
+    if df.empty:
+        return []
+    win = df.iloc[0]
+    lines = []
+    if len(df) > 1:
+        run = df.iloc[1]
+        gain = win["tokens_per_s_per_gpu"] / run["tokens_per_s_per_gpu"] - 1.0
+        lines.append(
+            f"winner vs runner-up ({_diff_keys(win, run)}): {gain:+.1%} tokens/s/GPU; "
+            f"time {_delta_text(win, run)}; memory {win['memory_gib'] - run['memory_gib']:+.1f} GiB"
+        )
+    gi = int(result.source_gpu_index[0])
+    ev = result.evaluated[gi]
+    d = default_row(ev, gpus_per_node)
+    if d is None:
+        lines.append("common default (TP=8 in the node, SP, ZeRO-1, selective recompute, mb=1, smallest PP that "
+                     "fits) does not fit in memory at any PP")
+        return lines
+    b = breakdown_frame(ev, np.array([d])).iloc[0]
+    row = {k: int(ev.configs[k][d]) for k in CONFIG_KEYS}
+    row["sp"] = bool(row["sp"])
+    row["recompute"] = "selective"
+    row["n_gpus"] = ev.n_gpus
+    tps = float(ev.metrics["tokens_per_s_per_gpu"][d])
+    same = all(row[k] == win[k] for k in CONFIG_KEYS) and row["n_gpus"] == win["n_gpus"]
+    if same:
+        lines.append("the winner is the common default (TP in the node, SP, ZeRO-1, selective recompute, "
+                     "smallest PP that fits)")
+        return lines
+    full = pd.Series({**row, **b.to_dict()})
+    lines.append(
+        f"winner vs common default {describe(row)} ({tps:,.0f} tokens/s/GPU, "
+        f"{float(ev.metrics['memory_gib'][d]):.1f} GiB): "
+        f"{win['tokens_per_s_per_gpu'] / tps - 1.0:+.1%} tokens/s/GPU; time {_delta_text(win, full)}"
+    )
+    return lines

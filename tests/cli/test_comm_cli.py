@@ -1,0 +1,72 @@
+"""``perfmodel comm``: JSON keys, nccl-tests bandwidth definitions, monotonicity, bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from perfmodel.calibrate.fit_collectives import SHIPPED_PROFILE
+from perfmodel.cli import app
+
+runner = CliRunner()
+BASE = ["comm", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8"]
+
+
+def run_json(*args):
+    res = runner.invoke(app, [*BASE, *args, "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize("op, factor", [
+    ("all_reduce", 2 * 31 / 32), ("all_gather", 31 / 32), ("reduce_scatter", 31 / 32),
+    ("all_to_all", 31 / 32), ("send_recv", 1.0),
+])
+def test_json_keys_and_bus_factor(op, factor):
+    out = run_json("--op", op, "--bytes", str(2**28), "--gpus", "32")
+    assert set(out) == {"time_s", "algbw_gb_per_s", "busbw_gb_per_s"}
+    assert out["algbw_gb_per_s"] == pytest.approx(2**28 / out["time_s"] / 1e9)
+    assert out["busbw_gb_per_s"] == pytest.approx(out["algbw_gb_per_s"] * factor)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_to_all", "send_recv"])
+@pytest.mark.parametrize("cal", [[], ["--calibration", str(SHIPPED_PROFILE), "--network", "efa"]])
+def test_more_scale_out_bandwidth_is_never_slower(op, cal):
+    times = [run_json("--op", op, "--bytes", str(2**30), "--gpus", "64", "--scale-out-gbit-per-s", str(x), *cal)["time_s"]
+             for x in (100, 400, 1600, 3200, 12800)]
+    assert all(b <= a for a, b in zip(times, times[1:]))
+
+
+def test_calibration_is_applied():
+    plain = run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "16")
+    fitted = run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "16",
+                      "--calibration", str(SHIPPED_PROFILE), "--network", "efa")
+    assert fitted["time_s"] != plain["time_s"]
+    # measured p5 2-node all_reduce at 1 GiB: 4607.6 us (aws_p5_2node_h100_allreduce.txt)
+    assert fitted["time_s"] == pytest.approx(4607.6e-6, rel=0.10)
+
+
+def test_human_table():
+    res = runner.invoke(app, [*BASE, "--op", "all_gather", "--bytes", "1048576", "--gpus", "8"])
+    assert res.exit_code == 0 and "busbw" in res.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--op", "all_reduce", "--bytes", "-1", "--gpus", "16"], "bytes"),
+    (["--op", "all_reduce", "--bytes", "1024", "--gpus", "12"], "gpus"),
+    (["--op", "broadcast", "--bytes", "1024", "--gpus", "16"], "op"),
+])
+def test_bad_input_exits_2_with_one_line(args, field):
+    res = runner.invoke(app, [*BASE, *args])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:")
+
+
+def test_unknown_gpu_exits_2():
+    res = runner.invoke(app, ["comm", "--gpu", "nope", "--gpus-per-node", "8", "--op", "all_reduce",
+                              "--bytes", "8", "--gpus", "16"])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: gpu:")

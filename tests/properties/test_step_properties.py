@@ -1,0 +1,233 @@
+"""Properties of the composed step model over random valid configurations (hypothesis):
+breakdowns sum to totals, more bandwidth is never slower, no bubble without a pipeline,
+one estimate == one element of the batched path, ZeRO never adds memory, outputs finite."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import perfmodel
+from perfmodel.estimate import build_inputs
+from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
+
+MODELS = ["gpt3-1.3b", "gpt3-13b", "gpt3-175b", "bloom-176b", "llama2-7b", "llama2-70b", "llama3-8b",
+          "llama3-70b", "llama3.1-405b", "mt-nlg-530b"]
+GPUS = ["a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200", "gb200", "v100-sxm3-32gb"]
+FRAMEWORKS = ["megatron-lm", "nemo", "deepspeed", "torchtitan", "megatron-deepspeed", "some-unknown-stack"]
+SETTINGS = dict(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass(frozen=True)
+class Config:
+    model: perfmodel.ModelSpec
+    gpu: perfmodel.AcceleratorSpec
+    par: perfmodel.ParallelSpec
+    job: perfmodel.JobSpec
+    scale_out: float | None
+
+    @property
+    def n_gpus(self) -> int:
+        return self.par.n_gpus
+
+    def cluster(self, scale_out=None) -> perfmodel.ClusterSpec:
+        n = self.n_gpus
+        gpn = next(g for g in (8, 4, 2, 1) if n % g == 0)
+        return perfmodel.ClusterSpec.build(self.gpu, n, gpn, scale_out or self.scale_out)
+
+    def with_par(self, **update) -> "Config":
+        return Config(self.model, self.gpu, self.par.model_copy(update=update), self.job, self.scale_out)
+
+
+def divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+@st.composite
+def configs(draw, pp_one: bool = False) -> Config:
+    model = perfmodel.load_model(draw(st.sampled_from(MODELS)))
+    gpu = perfmodel.load_gpu(draw(st.sampled_from(GPUS)))
+    tp = draw(st.sampled_from([t for t in divisors(model.n_heads, 8)
+                               if model.n_kv_heads % t == 0 or t % model.n_kv_heads == 0]))
+    pp = 1 if pp_one else draw(st.sampled_from(divisors(model.n_layers, 16)))
+    per_stage = model.n_layers // pp
+    vpp = 1 if pp == 1 else draw(st.sampled_from(divisors(per_stage, 6)))
+    seq_len = draw(st.sampled_from([1024, 2048, 4096, 8192]))
+    cp = draw(st.sampled_from([1, 1, 2, 4]))
+    dp = draw(st.sampled_from([1, 2, 4, 8, 16, 64]))
+    micro_batch = draw(st.sampled_from([1, 1, 2, 4]))
+    global_batch = dp * micro_batch * draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+    zero = draw(st.integers(0, 3))
+    par = perfmodel.ParallelSpec(
+        tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=draw(st.booleans()),
+        zero_stage=zero, recompute=draw(st.sampled_from(["none", "selective", "full"])),
+    )
+    job = perfmodel.JobSpec(
+        global_batch=global_batch, seq_len=seq_len,
+        precision=draw(st.sampled_from(["bf16", "bf16", "fp8"])),
+        framework=draw(st.sampled_from(FRAMEWORKS)),
+    )
+    scale_out = draw(st.sampled_from([None, 400.0, 1600.0, 3200.0]))
+    return Config(model, gpu, par, job, scale_out)
+
+
+def run(cfg: Config, scale_out=None) -> perfmodel.Estimate:
+    return perfmodel.estimate(cfg.model, cfg.cluster(scale_out), cfg.par, cfg.job)
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_breakdowns_sum_to_totals(cfg):
+    est = run(cfg)
+    assert set(est.time_breakdown_s) == set(TIME_PARTS)
+    assert set(est.memory_breakdown_gib) == set(MEMORY_PARTS)
+    assert sum(est.time_breakdown_s.values()) == pytest.approx(est.iteration_time_s, rel=1e-9)
+    assert sum(est.memory_breakdown_gib.values()) == pytest.approx(est.memory_gib, rel=1e-9)
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_outputs_finite_and_positive(cfg):
+    est = run(cfg)
+    for v in (est.iteration_time_s, est.tokens_per_s_per_gpu, est.mfu, est.memory_gib):
+        assert np.isfinite(v) and v > 0
+    # MFU is counted against the dense bf16 peak; a faster GEMM precision may exceed it only by
+    # that precision's peak ratio
+    assert est.mfu < cfg.gpu.peak_flop_per_s(cfg.job.precision) / cfg.gpu.peak_flop_per_s("bf16")
+    if cfg.job.precision in ("bf16", "fp16"):
+        assert est.mfu < 1.0
+    for k, v in {**est.time_breakdown_s, **est.memory_breakdown_gib}.items():
+        assert np.isfinite(v) and v >= 0, k
+    for k in ("compute_s", "overhead_s"):
+        assert est.time_breakdown_s[k] > 0
+    for k in ("weights_gib", "optimizer_gib", "activations_gib"):
+        assert est.memory_breakdown_gib[k] > 0
+    # throughput is the definition: tokens per step / time / GPUs
+    tokens = cfg.job.global_batch * cfg.job.seq_len
+    assert est.tokens_per_s_per_gpu == pytest.approx(tokens / est.iteration_time_s / cfg.n_gpus, rel=1e-9)
+
+
+@settings(**SETTINGS)
+@given(configs(), st.sampled_from([100.0, 200.0, 400.0, 800.0, 1600.0]), st.sampled_from([2.0, 4.0, 8.0]))
+def test_more_scale_out_bandwidth_is_never_slower(cfg, bw, factor):
+    slow = run(cfg, scale_out=bw)
+    fast = run(cfg, scale_out=bw * factor)
+    assert fast.iteration_time_s <= slow.iteration_time_s * (1 + 1e-12)
+    for k in TIME_PARTS:
+        assert fast.time_breakdown_s[k] <= slow.time_breakdown_s[k] * (1 + 1e-12) + 1e-15, k
+    assert fast.memory_gib == pytest.approx(slow.memory_gib, rel=1e-12)
+
+
+@settings(**SETTINGS)
+@given(configs(pp_one=True))
+def test_no_pipeline_no_bubble(cfg):
+    est = run(cfg)
+    assert est.time_breakdown_s["bubble_s"] == 0.0
+    assert est.time_breakdown_s["pp_comm_s"] == 0.0
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_pipeline_bubble_is_schedule_fraction(cfg):
+    """Narayanan et al. 2021: bubble / ideal = (p - 1) / (v m) with m micro-batches."""
+    est = run(cfg)
+    t = est.time_breakdown_s
+    m = cfg.job.global_batch / (cfg.par.dp * cfg.par.micro_batch)
+    p, v = cfg.par.pp, cfg.par.vpp
+    work = t["compute_s"] + t["recompute_s"] + t["tp_comm_s"] + t["cp_comm_s"]
+    assert t["bubble_s"] == pytest.approx(work * (p - 1) / (v * m), rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(configs(), min_size=2, max_size=6))
+def test_estimate_equals_row_of_batched_step_costs(cfgs):
+    rows = [build_inputs(c.model, c.cluster(), c.par, c.job) for c in cfgs]
+    assert all(set(r) >= set(STEP_INPUTS) for r in rows)
+    stacked = {k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS}
+    out = step_costs(stacked)
+    for i, cfg in enumerate(cfgs):
+        est = run(cfg)
+        assert float(out["iteration_time_s"][i]) == pytest.approx(est.iteration_time_s, rel=1e-12)
+        assert float(out["tokens_per_s_per_gpu"][i]) == pytest.approx(est.tokens_per_s_per_gpu, rel=1e-12)
+        assert float(out["mfu"][i]) == pytest.approx(est.mfu, rel=1e-12)
+        assert float(out["memory_gib"][i]) == pytest.approx(est.memory_gib, rel=1e-12)
+        assert bool(out["fits"][i]) == est.fits
+        for k in TIME_PARTS:
+            assert float(out[k][i]) == pytest.approx(est.time_breakdown_s[k], rel=1e-12, abs=1e-300), k
+        for k in MEMORY_PARTS:
+            assert float(out[k][i]) == pytest.approx(est.memory_breakdown_gib[k], rel=1e-12, abs=1e-300), k
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_memory_never_grows_with_zero_stage(cfg):
+    mems = [run(cfg.with_par(zero_stage=z)).memory_gib for z in (0, 1, 2, 3)]
+    for lo, hi in zip(mems[1:], mems):
+        assert lo <= hi * (1 + 1e-12)
+    if cfg.par.dp == 1:
+        assert mems[3] == pytest.approx(mems[0], rel=1e-12)
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_recompute_trades_memory_for_time(cfg):
+    """none -> selective -> full: activations never grow, recompute time never shrinks."""
+    ests = [run(cfg.with_par(recompute=r)) for r in ("none", "selective", "full")]
+    acts = [e.memory_breakdown_gib["activations_gib"] for e in ests]
+    rec = [e.time_breakdown_s["recompute_s"] for e in ests]
+    assert ests[0].time_breakdown_s["recompute_s"] == 0.0
+    assert acts[1] <= acts[0] * (1 + 1e-12)
+    assert rec[1] <= rec[2] * (1 + 1e-12)
+    # full recompute keeps only layer inputs: less than keeping everything
+    assert acts[2] <= acts[0] * (1 + 1e-12)
+
+
+@settings(**SETTINGS)
+@given(configs())
+def test_batched_call_on_length_one_arrays_is_shape_preserving(cfg):
+    inp = build_inputs(cfg.model, cfg.cluster(), cfg.par, cfg.job)
+    out = step_costs({k: np.full(3, inp[k], dtype=float) for k in STEP_INPUTS})
+    for k in ("iteration_time_s", "memory_gib", "mfu", *TIME_PARTS, *MEMORY_PARTS):
+        arr = np.broadcast_to(out[k], (3,))
+        assert np.all(arr == arr[0]), k
+
+
+@settings(**SETTINGS)
+@given(configs(), st.sampled_from([2, 4]))
+def test_bigger_batch_takes_longer_but_is_never_less_efficient(cfg, factor):
+    """More micro-batches per step: the step gets longer, the bubble and the per-step costs are
+    amortised, so tokens/s/GPU never drops."""
+    big = Config(cfg.model, cfg.gpu, cfg.par, cfg.job.model_copy(update={"global_batch": cfg.job.global_batch * factor}),
+                 cfg.scale_out)
+    small_est, big_est = run(cfg), run(big)
+    assert big_est.iteration_time_s > small_est.iteration_time_s
+    assert big_est.tokens_per_s_per_gpu >= small_est.tokens_per_s_per_gpu * (1 - 1e-9)
+
+
+@settings(**SETTINGS)
+@given(configs(), st.integers(2, 200))
+def test_tp_not_dividing_heads_is_an_input_error(cfg, tp):
+    if cfg.model.n_heads % tp == 0:
+        return
+    bad = cfg.with_par(tp=tp, dp=1, cp=1, pp=1, vpp=1)
+    with pytest.raises(perfmodel.InputError) as exc:
+        perfmodel.estimate(bad.model, bad.cluster(), bad.par, bad.job)
+    assert exc.value.field == "tp"
+
+
+def test_zeropp_quantized_gathers_reduce_dp_communication():
+    """ZeRO++ (Wang et al. 2023, arXiv 2306.10209): qwz all-gathers int8 weights (half of bf16)
+    and qgz reduce-scatters int4 gradients, so the exposed DP communication of a ZeRO-3 step
+    whose gathers are not fully hidden must shrink."""
+    model = perfmodel.load_model("llama3-70b")
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("h100-sxm5-80gb"), 64, 8, 400.0)
+    job = perfmodel.JobSpec(global_batch=64, seq_len=4096, framework="deepspeed")
+    plain = perfmodel.estimate(model, cluster, perfmodel.ParallelSpec(tp=8, dp=8, zero_stage=3), job)
+    assert plain.time_breakdown_s["dp_comm_s"] > 0
+    zpp = perfmodel.estimate(
+        model, cluster, perfmodel.ParallelSpec(tp=8, dp=8, zero_stage=3, zeropp="qwz,qgz"), job
+    )
+    assert zpp.time_breakdown_s["dp_comm_s"] < plain.time_breakdown_s["dp_comm_s"]

@@ -1,0 +1,125 @@
+"""Collective times against the ring closed forms and nccl-tests' bus-bandwidth definitions
+(NVIDIA/nccl-tests doc/PERFORMANCE.md; Patarasuk & Yuan 2009)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.costs.comm import OPS, bus_bandwidth_bytes_per_s, collective_time_s, members_per_domain, op_factor
+
+NVLINK = 450e9      # bytes/s per GPU, one direction (H100 NVLink4)
+NIC = 50e9          # bytes/s per GPU (400 Gbit/s)
+LAT_INTRA = 10e-6
+LAT_INTER = 20e-6
+DOMAIN = 8
+
+
+def t(op, size, n, stride=1, nvlink=NVLINK, nic=NIC, lat_intra=LAT_INTRA, lat_inter=LAT_INTER, domain=DOMAIN):
+    return float(collective_time_s(op, size, n, stride, domain, nvlink, nic, lat_intra, lat_inter))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_single_rank_costs_nothing(op):
+    assert t(op, 1e9, 1) == 0.0
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_all_reduce_inside_node_bandwidth_term(n):
+    S = 4e9
+    assert t("all_reduce", S, n, lat_intra=0.0) == pytest.approx(2 * (n - 1) / n * S / NVLINK, rel=1e-12)
+    # the latency is added once
+    assert t("all_reduce", S, n) - t("all_reduce", S, n, lat_intra=0.0) == pytest.approx(LAT_INTRA, rel=1e-9)
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_gather_scatter_inside_node_bandwidth_term(op, n):
+    S = 4e9  # nccl-tests size: the gathered buffer
+    assert t(op, S, n, lat_intra=0.0) == pytest.approx((n - 1) / n * S / NVLINK, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_all_to_all_inside_node(n):
+    S = 1e9
+    assert t("all_to_all", S, n, lat_intra=0.0) == pytest.approx((n - 1) / n * S / NVLINK, rel=1e-12)
+
+
+def test_send_recv_inside_and_across_nodes():
+    S = 1e8
+    assert t("send_recv", S, 2, stride=1, lat_intra=0.0) == pytest.approx(S / NVLINK)
+    assert t("send_recv", S, 2, stride=8, lat_inter=0.0) == pytest.approx(S / NIC)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64, 1024])
+def test_op_factors_are_nccl_tests_busbw_factors(n):
+    assert float(op_factor("all_reduce", n)) == pytest.approx(2 * (n - 1) / n)
+    assert float(op_factor("all_gather", n)) == pytest.approx((n - 1) / n)
+    assert float(op_factor("reduce_scatter", n)) == pytest.approx((n - 1) / n)
+    assert float(op_factor("all_to_all", n)) == pytest.approx((n - 1) / n)
+    assert float(op_factor("send_recv", n)) == pytest.approx(1.0)
+
+
+def test_unknown_op_raises_naming_op():
+    with pytest.raises(ValueError, match="op"):
+        op_factor("broadcast_all", 8)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_busbw_of_big_collective_inside_node_is_link_bandwidth(op):
+    """nccl-tests: busbw = algbw x factor is independent of n and, for a bandwidth-bound
+    collective, equals the link bandwidth."""
+    S = 8e9
+    for n in (2, 4, 8):
+        time_s = t(op, S, n, lat_intra=0.0)
+        assert float(bus_bandwidth_bytes_per_s(op, S, n, time_s)) == pytest.approx(NVLINK, rel=1e-9)
+
+
+def test_busbw_definition():
+    S, n, time_s = 1e9, 8, 0.01
+    assert float(bus_bandwidth_bytes_per_s("all_reduce", S, n, time_s)) == pytest.approx(S / time_s * 2 * 7 / 8)
+    assert float(bus_bandwidth_bytes_per_s("all_gather", S, n, time_s)) == pytest.approx(S / time_s * 7 / 8)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("S", [1e3, 1e6, 1e9])
+def test_crossing_nodes_is_slower_than_inside(op, S):
+    inside = t(op, S, 8)
+    across = t(op, S, 16)
+    assert across > inside
+    # the same 8 ranks spread one per node (stride 8) are slower than packed in one node
+    assert t(op, S, 8, stride=8) > inside
+
+
+def test_all_reduce_across_nodes_bandwidth_term():
+    """Hierarchical: N domains of k ranks; the inter-node part moves 2(N-1)/N S over the k NICs."""
+    S, n = 16e9, 64
+    k, N = 8, 8
+    expected = max(2 * (k - 1) / k * S / NVLINK, 2 * (N - 1) / N * S / (k * NIC))
+    got = t("all_reduce", S, n, lat_inter=0.0)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n, stride", [(2, 1), (8, 1), (16, 1), (4, 8), (256, 1), (32, 4)])
+def test_monotone_in_size(op, n, stride):
+    sizes = np.logspace(0, 11, 45)
+    times = np.array([t(op, S, n, stride) for S in sizes])
+    assert np.all(np.diff(times) > 0)
+    # vectorised call gives the same
+    vec = collective_time_s(op, sizes, n, stride, DOMAIN, NVLINK, NIC, LAT_INTRA, LAT_INTER)
+    np.testing.assert_allclose(vec, times, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_more_nic_bandwidth_is_never_slower(op):
+    for n, stride in ((16, 1), (64, 1), (8, 8), (2, 8)):
+        times = [t(op, 1e9, n, stride, nic=bw) for bw in (12.5e9, 25e9, 50e9, 100e9)]
+        assert all(a >= b for a, b in zip(times, times[1:]))
+
+
+def test_members_per_domain_follow_the_stride():
+    assert float(members_per_domain(8, 1, 8)) == 8
+    assert float(members_per_domain(16, 2, 8)) == 4
+    assert float(members_per_domain(4, 8, 8)) == 1
+    assert float(members_per_domain(2, 1, 72)) == 2
+    assert float(members_per_domain(128, 1, 72)) == 72

@@ -1,0 +1,180 @@
+"""Activation memory against Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, the pipeline's
+in-flight micro-batches, and ZeRO model states against Rajbhandari et al. 2020 (arXiv 1910.02054)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.costs.memory import (
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    activation_bytes_per_layer,
+    in_flight_layers,
+    model_state_bytes,
+)
+
+# (s, b, h, a, t): the paper's 22B / 175B / 530B / 1T shapes (Table 3) and a few others
+SHAPES = [
+    (2048, 1, 6144, 64, 8),
+    (2048, 1, 12288, 96, 8),
+    (2048, 1, 20480, 128, 8),
+    (2048, 1, 25600, 160, 8),
+    (1024, 4, 4096, 32, 2),
+    (4096, 2, 8192, 64, 4),
+    (512, 8, 1024, 16, 1),
+    (8192, 1, 5120, 40, 8),
+]
+SHAPE_IDS = ["22B", "175B", "530B", "1T", "4k-t2", "8k-t4", "small-t1", "13B-8k"]
+
+
+def gpt_act(s, b, h, a, t, sp, recompute):
+    """activation_bytes_per_layer for GPT: ffn=4h, MHA, dropout, no flash attention, 2 MLP matrices."""
+    return float(
+        activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, sp, recompute, flash_attention=0, dropout=1)
+    )
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_table2_tensor_parallel(shape):
+    s, b, h, a, t = shape
+    expected = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    assert gpt_act(s, b, h, a, t, 0, RECOMPUTE_NONE) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_table2_tensor_plus_sequence_parallel(shape):
+    s, b, h, a, t = shape
+    expected = s * b * h * (34 / t + 5 * a * s / (h * t))
+    assert gpt_act(s, b, h, a, t, 1, RECOMPUTE_NONE) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_table2_tensor_parallel_selective_recompute(shape):
+    s, b, h, a, t = shape
+    expected = s * b * h * (10 + 24 / t)
+    assert gpt_act(s, b, h, a, t, 0, RECOMPUTE_SELECTIVE) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_table2_sequence_parallel_selective_recompute(shape):
+    s, b, h, a, t = shape
+    expected = 34 * s * b * h / t
+    assert gpt_act(s, b, h, a, t, 1, RECOMPUTE_SELECTIVE) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_table2_full_recompute(shape):
+    s, b, h, a, t = shape
+    assert gpt_act(s, b, h, a, t, 0, RECOMPUTE_FULL) == pytest.approx(2 * s * b * h, rel=1e-12)
+
+
+def test_table2_no_parallelism_is_34_plus_5as_over_h():
+    """Korthikanti Sec. 4.1 (eq. 1): sbh (34 + 5 a s / h) without any parallelism."""
+    s, b, h, a = 2048, 1, 12288, 96
+    assert gpt_act(s, b, h, a, 1, 0, RECOMPUTE_NONE) == pytest.approx(s * b * h * (34 + 5 * a * s / h), rel=1e-12)
+
+
+def test_175b_selective_recompute_saves_about_70_percent():
+    """Korthikanti Sec. 5 / Fig. 7: SP + selective recompute cut the 175B activations by ~70%
+    relative to TP alone (their abstract: 'reduces activation memory by 5x')."""
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    tp_only = gpt_act(s, b, h, a, t, 0, RECOMPUTE_NONE)
+    both = gpt_act(s, b, h, a, t, 1, RECOMPUTE_SELECTIVE)
+    assert both / tp_only < 0.35
+
+
+def test_activation_bytes_broadcast_over_arrays():
+    s = np.array([2048.0, 4096.0])
+    t = np.array([8.0, 4.0])
+    out = activation_bytes_per_layer(s, 1, 12288, 4 * 12288, 96, 96, 2, t, 1, RECOMPUTE_NONE, 0, 1)
+    assert out.shape == (2,)
+    for i in range(2):
+        assert out[i] == pytest.approx(gpt_act(s[i], 1, 12288, 96, t[i], 1, RECOMPUTE_NONE), rel=1e-12)
+
+
+def test_flash_attention_drops_the_quadratic_term():
+    s, b, h, a, t = 8192, 1, 8192, 64, 8
+    flash = float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_NONE, 1, 1))
+    plain = gpt_act(s, b, h, a, t, 1, RECOMPUTE_NONE)
+    assert flash < plain
+    # with flash attention no s x s term remains: linear in s
+    flash2 = float(activation_bytes_per_layer(2 * s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_NONE, 1, 1))
+    assert flash2 == pytest.approx(2 * flash, rel=1e-12)
+
+
+def test_gqa_keeps_fewer_kv_activations():
+    args = dict(seq_len=4096, micro_batch=1, hidden_size=8192, ffn_hidden_size=28672, n_heads=64, mlp_matrices=3,
+                tp=8, sp=1, recompute=RECOMPUTE_NONE, flash_attention=1, dropout=0)
+    assert float(activation_bytes_per_layer(n_kv_heads=8, **args)) < float(activation_bytes_per_layer(n_kv_heads=64, **args))
+
+
+# ---- pipeline in-flight micro-batches -------------------------------------------------------
+@pytest.mark.parametrize("l, p", [(96, 8), (80, 4), (128, 64), (24, 1), (105, 35)])
+def test_1f1b_first_stage_holds_all_layers(l, p):
+    """1F1B: the first stage holds p micro-batches of l/p layers = l layers (Narayanan et al. 2021)."""
+    assert float(in_flight_layers(l, p, 1, n_micro=4 * p)) == pytest.approx(l)
+
+
+@pytest.mark.parametrize("l, p, v", [(96, 8, 2), (96, 8, 3), (80, 4, 5), (128, 16, 4), (96, 2, 6)])
+def test_interleaved_holds_extra_fraction(l, p, v):
+    """Interleaved 1F1B: l (1 + (p-1)/(p v)) (Korthikanti et al. 2022 Sec. 4.2.3)."""
+    assert float(in_flight_layers(l, p, v, n_micro=8 * p)) == pytest.approx(l * (1 + (p - 1) / (p * v)), rel=1e-12)
+
+
+@pytest.mark.parametrize("l, p, v, m", [(96, 8, 1, 2), (96, 8, 1, 7), (80, 4, 5, 1), (96, 16, 2, 3)])
+def test_in_flight_capped_by_micro_batches(l, p, v, m):
+    """With fewer micro-batches than the schedule's warm-up, only m micro-batches of l/p layers exist."""
+    assert m < p
+    assert float(in_flight_layers(l, p, v, n_micro=m)) == pytest.approx(l / p * m, rel=1e-12)
+
+
+def test_in_flight_layers_never_exceed_interleaved_bound_and_grow_with_micro_batches():
+    l, p, v = 96, 8, 2
+    m = np.arange(1, 40)
+    out = in_flight_layers(l, p, v, m)
+    assert np.all(np.diff(out) >= 0)
+    assert np.all(out <= l * (1 + (p - 1) / (p * v)) + 1e-9)
+
+
+# ---- ZeRO model states -------------------------------------------------------------------------
+def test_mixed_precision_adam_is_16_bytes_per_param_with_16bit_grads():
+    """ZeRO paper Sec. 3.1: 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 master, momentum, variance)."""
+    w, g, o = model_state_bytes(1.0, 1, 0, grad_bytes_per_param=2.0)
+    assert float(w + g + o) == pytest.approx(16.0)
+
+
+def test_fp32_main_grads_are_18_bytes_per_param():
+    """Megatron keeps fp32 main gradients: 2 + 4 + 12 = 18 bytes per parameter."""
+    w, g, o = model_state_bytes(1.0, 1, 0, grad_bytes_per_param=4.0)
+    assert float(w + g + o) == pytest.approx(18.0)
+
+
+@pytest.mark.parametrize(
+    "stage, published_gb",
+    # ZeRO paper Table 1 / Fig. 1: 7.5B parameters, N_d = 64, K = 12
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.88)],
+)
+def test_zero_paper_7_5b_example(stage, published_gb):
+    psi, nd = 7.5e9, 64
+    w, g, o = model_state_bytes(psi, nd, stage, grad_bytes_per_param=2.0)
+    assert float(w + g + o) / 1e9 == pytest.approx(published_gb, rel=0.01)
+
+
+@pytest.mark.parametrize("grad_bytes", [2.0, 4.0])
+@pytest.mark.parametrize("dp", [1, 2, 8, 64, 1000])
+def test_zero_stage_closed_forms(grad_bytes, dp):
+    psi = 1e9
+    K = 12.0
+    expected = {
+        0: (2 + grad_bytes + K) * psi,
+        1: (2 + grad_bytes) * psi + K * psi / dp,
+        2: 2 * psi + (grad_bytes + K) * psi / dp,
+        3: (2 + grad_bytes + K) * psi / dp,
+    }
+    totals = []
+    for stage, total in expected.items():
+        w, g, o = model_state_bytes(psi, dp, stage, grad_bytes)
+        assert float(w + g + o) == pytest.approx(total, rel=1e-12)
+        totals.append(float(w + g + o))
+    assert all(a >= b for a, b in zip(totals, totals[1:]))

@@ -1,0 +1,228 @@
+"""The configuration search: the batched path agrees with ``estimate``, every candidate obeys the
+structural rules, the counts are consistent, and ``perfmodel recommend`` keeps CONTRACT.md."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import perfmodel as pm
+from perfmodel.cli import app
+from perfmodel.estimate import check_config
+from perfmodel.search import enumerate_space, run_search, structural_violations
+from perfmodel.search.engine import pareto_front
+
+runner = CliRunner()
+
+CONTRACT_ROW = {"tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute",
+                "iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"}
+
+CASES = [
+    ("gpt3-175b", "a100-sxm4-80gb", 1024, 8, 1536, 2048, "megatron-lm"),
+    ("llama3-70b", "h100-sxm5-80gb", 512, 8, 512, 8192, "megatron-lm"),
+    ("llama3-8b", "h100-sxm5-80gb", 64, 8, 256, 8192, "torchtitan"),
+]
+
+
+def setup(name, gpu, n, gpn, gb, s, fw):
+    model = pm.load_model(name)
+    cluster = pm.ClusterSpec.build(pm.load_gpu(gpu), n, gpn)
+    job = pm.JobSpec(global_batch=gb, seq_len=s, framework=fw)
+    return model, cluster, job
+
+
+def parallel_spec(row) -> pm.ParallelSpec:
+    return pm.ParallelSpec(
+        tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(row["cp"]), vpp=int(row["vpp"]),
+        micro_batch=int(row["micro_batch"]), sp=bool(row["sp"]), zero_stage=int(row["zero_stage"]),
+        zeropp=row["zeropp"], recompute=row["recompute"],
+    )
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
+def searched(request):
+    model, cluster, job = setup(*request.param)
+    return model, cluster, job, run_search(model, cluster, job, top=20)
+
+
+def test_winner_equals_scalar_estimate(searched):
+    model, cluster, job, res = searched
+    for _, row in res.candidates.head(5).iterrows():
+        est = pm.estimate(model, cluster, parallel_spec(row), job)
+        assert est.iteration_time_s == pytest.approx(row["iteration_time_s"], rel=1e-12)
+        assert est.tokens_per_s_per_gpu == pytest.approx(row["tokens_per_s_per_gpu"], rel=1e-12)
+        assert est.mfu == pytest.approx(row["mfu"], rel=1e-12)
+        assert est.memory_gib == pytest.approx(row["memory_gib"], rel=1e-12)
+        assert est.fits
+        for k, v in est.time_breakdown_s.items():
+            assert v == pytest.approx(row[k], rel=1e-12, abs=1e-15)
+        for k, v in est.memory_breakdown_gib.items():
+            assert v == pytest.approx(row[k], rel=1e-12, abs=1e-15)
+
+
+def test_random_evaluated_rows_equal_estimate(searched):
+    """Not only the winner: arbitrary evaluated candidates (fitting or not) match the scalar path."""
+    model, cluster, job, res = searched
+    ev = res.evaluated[0]
+    rng = np.random.default_rng(0)
+    for i in rng.choice(ev.configs["tp"].size, size=10, replace=False):
+        row = {k: ev.configs[k][i] for k in ev.configs}
+        row["recompute"] = {0: "none", 1: "selective", 2: "full"}[int(row["recompute"])]
+        row["zeropp"] = ""
+        est = pm.estimate(model, cluster, parallel_spec(row), job)
+        assert est.iteration_time_s == pytest.approx(ev.metrics["iteration_time_s"][i], rel=1e-12)
+        assert est.memory_gib == pytest.approx(ev.metrics["memory_gib"][i], rel=1e-12)
+        assert est.fits == bool(ev.metrics["fits"][i])
+
+
+def test_candidates_obey_structural_rules(searched):
+    model, cluster, job, res = searched
+    df = res.candidates
+    assert len(df) > 0
+    for rec in df.to_dict("records"):
+        assert structural_violations(model, cluster, job, rec) == []
+        check_config(model, cluster, parallel_spec(rec), job)  # raises on a broken rule
+        assert rec["tp"] * rec["pp"] * rec["dp"] * rec["cp"] == cluster.n_gpus
+        assert job.global_batch % (rec["micro_batch"] * rec["dp"]) == 0
+        assert not (rec["sp"] and rec["tp"] == 1)
+        assert rec["zeropp"] == ""
+        assert rec["memory_gib"] * 2**30 <= cluster.gpu.hbm_capacity_bytes
+
+
+def test_every_evaluated_config_obeys_rules_and_is_distinct(searched):
+    model, cluster, job, res = searched
+    ev = res.evaluated[0]
+    stacked = np.stack([ev.configs[k] for k in ev.configs], axis=1)
+    assert len(np.unique(stacked, axis=0)) == len(stacked)
+    rng = np.random.default_rng(1)
+    for i in rng.choice(len(stacked), size=min(200, len(stacked)), replace=False):
+        rec = {k: ev.configs[k][i] for k in ev.configs}
+        assert structural_violations(model, cluster, job, rec) == []
+
+
+def test_counts(searched):
+    model, cluster, job, res = searched
+    space = enumerate_space(model, cluster, job)
+    assert res.n_evaluated == space.size
+    assert 0 < res.n_feasible <= res.n_evaluated
+    assert res.n_feasible == int(res.evaluated[0].metrics["fits"].sum())
+    assert res.rejected["does not fit in GPU memory"] == res.n_evaluated - res.n_feasible
+    assert res.search_time_s > 0
+
+
+def test_best_first(searched):
+    *_, res = searched
+    t = res.candidates["tokens_per_s_per_gpu"].to_numpy()
+    assert np.all(np.diff(t) <= 0)
+    fits = res.evaluated[0].metrics["fits"]
+    assert t[0] == pytest.approx(res.evaluated[0].metrics["tokens_per_s_per_gpu"][fits].max())
+
+
+def test_rejected_configs_have_reasons():
+    model, cluster, job = setup(*CASES[0])
+    space = enumerate_space(model, cluster, job)
+    assert "tp must divide n_heads" in space.rejected  # 96 heads, tp = 64 is a divisor of 1024
+    bad = {"tp": 8, "pp": 16, "dp": 8, "cp": 1, "vpp": 1, "micro_batch": 1, "sp": 1, "zero_stage": 3}
+    assert any("ZeRO-2/3" in r for r in structural_violations(model, cluster, job, bad))
+
+
+def test_python_api_dataframe():
+    model, cluster, job = setup(*CASES[2])
+    df = pm.search(model, cluster, job, top=10)
+    assert list(df.columns[:15]) == ["n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage",
+                                     "zeropp", "recompute", "iteration_time_s", "tokens_per_s_per_gpu", "mfu",
+                                     "memory_gib"]
+    assert len(df) == 10
+    assert df.attrs["n_feasible"] <= df.attrs["n_evaluated"]
+    full = pm.search("llama3-8b", cluster, job)
+    assert len(full) == full.attrs["n_feasible"]
+
+
+def test_objectives_and_pareto():
+    model, cluster, job = setup(*CASES[2])
+    res = run_search(model, cluster, job, gpu_counts=[16, 32, 64], objective="cost", train_tokens=1e12,
+                     usd_per_gpu_hour=2.0, top=5)
+    df = res.candidates
+    assert set(df["n_gpus"]) <= {16, 32, 64}
+    assert np.all(np.diff(df["cost_usd"].to_numpy()) >= -1e-9)
+    cost = 1e12 / (df["tokens_per_s_per_gpu"] * df["n_gpus"]) * df["n_gpus"] / 3600 * 2.0
+    assert np.allclose(df["cost_usd"], cost)
+    front = res.pareto
+    assert list(front["n_gpus"]) == sorted(front["n_gpus"])
+    assert np.all(np.diff(front["tokens_per_s"].to_numpy()) > 0)
+    ttt = run_search(model, cluster, job, gpu_counts=[16, 32, 64], objective="time-to-train", train_tokens=1e12)
+    assert ttt.candidates["time_to_train_s"].is_monotonic_increasing
+    with pytest.raises(pm.InputError):
+        run_search(model, cluster, job, objective="cost")
+
+
+def test_pareto_front_drops_dominated():
+    import pandas as pd
+
+    best = pd.DataFrame({"n_gpus": [8, 16, 32, 64], "tokens_per_s": [10.0, 25.0, 20.0, 40.0]})
+    assert list(pareto_front(best)["n_gpus"]) == [8, 16, 64]
+
+
+# ---- CLI ----------------------------------------------------------------------------------------
+BASE = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64",
+        "--global-batch", "256", "--seq-len", "8192"]
+
+
+def test_cli_json_contract():
+    r = runner.invoke(app, BASE + ["--json", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert isinstance(out["n_evaluated"], int) and isinstance(out["n_feasible"], int)
+    assert isinstance(out["search_time_s"], float)
+    assert out["n_feasible"] <= out["n_evaluated"]
+    assert len(out["top"]) == 3
+    for row in out["top"]:
+        assert CONTRACT_ROW <= set(row)
+        assert isinstance(row["sp"], bool) and isinstance(row["tp"], int) and row["zeropp"] == ""
+        assert row["recompute"] in ("none", "selective", "full")
+    assert out["top"][0]["tokens_per_s_per_gpu"] >= out["top"][1]["tokens_per_s_per_gpu"]
+
+
+def test_cli_table_and_explanation():
+    r = runner.invoke(app, BASE + ["--top", "4"])
+    assert r.exit_code == 0, r.output
+    assert "winner vs" in r.stdout
+    assert "time breakdown" in r.stdout
+
+
+def test_cli_gpus_range_prints_pareto():
+    args = [a for a in BASE if a not in ("--gpus", "64")] + ["--gpus-range", "16,32,64"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "Pareto" in r.stdout
+
+
+def test_cli_nothing_fits_exits_1():
+    r = runner.invoke(app, ["recommend", "--model", "gpt-1t", "--gpu", "a100-sxm4-80gb", "--gpus", "8",
+                            "--global-batch", "64", "--seq-len", "2048"])
+    assert r.exit_code == 1
+    assert "no feasible configuration" in r.stderr
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--top", "0"], "top"),
+    (["--objective", "fastest"], "objective"),
+    (["--objective", "cost"], "usd_per_gpu_hour"),
+    (["--gpus-range", "16,x"], "gpus_range"),
+    (["--emit", "jax"], "emit"),
+])
+def test_cli_bad_input_exits_2(extra, field):
+    r = runner.invoke(app, BASE + extra)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:")
+    assert "Traceback" not in r.output
+
+
+def test_cli_bad_model_and_gpus_exit_2():
+    for args in (["--model", "no-such-model"], ["--gpus", "0"]):
+        r = runner.invoke(app, [a for a in BASE] + args)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.startswith("error: ")

@@ -1,0 +1,171 @@
+"""``--emit``: the chosen configuration in each framework's own flag and key names.
+
+The reference name lists below are copied from the projects' sources:
+
+* Megatron-LM ``megatron/training/arguments.py`` (NVIDIA/Megatron-LM, commit 000c4ac2...,
+  ``group.add_argument('--...')`` names in _add_network_size_args, _add_training_args,
+  _add_distributed_args, _add_mixed_precision_args, _add_transformer_engine_args).
+* DeepSpeed ``deepspeed/runtime/constants.py`` (top-level keys), ``deepspeed/runtime/zero/config.py``
+  (``DeepSpeedZeroConfig`` fields) and ``deepspeed/runtime/activation_checkpointing/config.py``.
+* torchtitan ``torchtitan/config/job_config.py`` (``Training``, ``Parallelism``,
+  ``ActivationCheckpoint`` dataclass fields).
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from typer.testing import CliRunner
+
+import perfmodel as pm
+from perfmodel.cli import app
+from perfmodel.search import run_search
+from perfmodel.search.emit import deepspeed_config, megatron_flags, torchtitan_toml
+
+runner = CliRunner()
+
+MEGATRON_ARGS = {
+    # _add_network_size_args
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
+    "--num-query-groups", "--max-position-embeddings", "--swiglu", "--untie-embeddings-and-output-weights",
+    # _add_training_args
+    "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--no-gradient-accumulation-fusion",
+    # _add_data_args
+    "--seq-length",
+    # _add_distributed_args
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage", "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split", "--sequence-parallel", "--use-distributed-optimizer",
+    "--overlap-grad-reduce", "--overlap-param-gather", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+    # _add_checkpointing_args
+    "--ckpt-format",
+    # _add_mixed_precision_args / _add_transformer_engine_args
+    "--fp16", "--bf16", "--fp8-format", "--fp8-recipe", "--fp4-format", "--fp4-recipe",
+}
+MEGATRON_CHOICES = {
+    "--recompute-granularity": {"full", "selective"},
+    "--recompute-method": {"uniform", "block"},
+    "--data-parallel-sharding-strategy": {"no_shard", "optim", "optim_grads", "optim_grads_params"},
+    "--fp8-format": {"e4m3", "hybrid"},
+    "--fp8-recipe": {"tensorwise", "delayed", "mxfp8", "blockwise"},
+    "--fp4-format": {"e2m1"},
+    "--fp4-recipe": {"nvfp4"},
+}
+
+DEEPSPEED_TOP = {  # deepspeed/runtime/constants.py
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps_per_print",
+    "gradient_clipping", "bf16", "fp16", "zero_optimization", "activation_checkpointing",
+}
+DEEPSPEED_ZERO = {  # deepspeed/runtime/zero/config.py DeepSpeedZeroConfig
+    "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_partitions",
+    "allgather_bucket_size", "overlap_comm", "offload_param", "offload_optimizer", "sub_group_size",
+    "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+    "zero_quantized_gradients", "memory_efficient_linear",
+}
+DEEPSPEED_AC = {"partition_activations", "contiguous_memory_optimization", "cpu_checkpointing",
+                "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
+
+TORCHTITAN = {
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps"},
+    "parallelism": {
+        "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+        "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
+        "pipeline_parallel_degree", "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
+        "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size", "context_parallel_degree",
+    },
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+}
+
+ROWS = [
+    dict(tp=4, pp=8, dp=32, cp=1, vpp=12, micro_batch=2, sp=True, zero_stage=1, zeropp="", recompute="none"),
+    dict(tp=8, pp=1, dp=64, cp=2, vpp=1, micro_batch=1, sp=True, zero_stage=3, zeropp="qwz,hpz,qgz",
+         recompute="full"),
+    dict(tp=1, pp=4, dp=128, cp=1, vpp=1, micro_batch=4, sp=False, zero_stage=0, zeropp="", recompute="selective"),
+    dict(tp=2, pp=1, dp=256, cp=1, vpp=1, micro_batch=1, sp=True, zero_stage=2, zeropp="", recompute="none"),
+]
+
+
+def _job(precision="bf16"):
+    return pm.JobSpec(global_batch=1536, seq_len=2048, precision=precision)
+
+
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"])
+def test_megatron_flags_are_real(row, precision):
+    for name in ("gpt3-175b", "llama3-70b"):
+        flags = megatron_flags(pm.load_model(name), _job(precision), row)
+        names = [t for t in flags if t.startswith("--")]
+        assert set(names) <= MEGATRON_ARGS, set(names) - MEGATRON_ARGS
+        assert len(names) == len(set(names))
+        for flag, allowed in MEGATRON_CHOICES.items():
+            if flag in flags:
+                assert flags[flags.index(flag) + 1] in allowed
+
+
+def test_megatron_flag_values():
+    model = pm.load_model("gpt3-175b")
+    flags = megatron_flags(model, _job(), ROWS[0])
+    val = {flags[i]: flags[i + 1] for i in range(len(flags) - 1) if not flags[i + 1].startswith("--")}
+    assert val["--tensor-model-parallel-size"] == "4" and val["--pipeline-model-parallel-size"] == "8"
+    assert val["--num-layers-per-virtual-pipeline-stage"] == str(96 // 8 // 12)
+    assert val["--micro-batch-size"] == "2" and val["--global-batch-size"] == "1536"
+    assert "--sequence-parallel" in flags and "--use-distributed-optimizer" in flags
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_deepspeed_keys_are_real(row):
+    cfg = deepspeed_config(pm.load_model("gpt3-175b"), _job(), row)
+    json.dumps(cfg)
+    assert set(cfg) <= DEEPSPEED_TOP
+    assert set(cfg["zero_optimization"]) <= DEEPSPEED_ZERO
+    assert {"zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"} <= set(
+        cfg["zero_optimization"])
+    assert set(cfg.get("activation_checkpointing", {})) <= DEEPSPEED_AC
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * row["dp"]
+    assert cfg["zero_optimization"]["stage"] == row["zero_stage"]
+    assert cfg["zero_optimization"]["zero_quantized_weights"] == ("qwz" in row["zeropp"])
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_torchtitan_toml_is_real(row):
+    text = torchtitan_toml(pm.load_model("llama3-70b"), _job(), row)
+    doc = tomllib.loads(text)
+    assert set(doc) <= set(TORCHTITAN)
+    for section, keys in doc.items():
+        assert set(keys) <= TORCHTITAN[section], set(keys) - TORCHTITAN[section]
+    par = doc["parallelism"]
+    assert par["tensor_parallel_degree"] == row["tp"] and par["pipeline_parallel_degree"] == row["pp"]
+    assert par["context_parallel_degree"] == row["cp"]
+    assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == row["dp"]
+    assert doc["activation_checkpoint"]["mode"] == row["recompute"]
+
+
+@pytest.mark.parametrize("target", ["megatron", "deepspeed", "torchtitan"])
+def test_cli_emit(target):
+    args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64",
+            "--global-batch", "256", "--seq-len", "8192", "--emit", target]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, args + ["--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    text = out["emit"]["text"]
+    win = out["top"][0]
+    if target == "deepspeed":
+        assert json.loads(text)["train_micro_batch_size_per_gpu"] == win["micro_batch"]
+    elif target == "torchtitan":
+        assert tomllib.loads(text)["parallelism"]["tensor_parallel_degree"] == win["tp"]
+    else:
+        assert f"--tensor-model-parallel-size {win['tp']}" in text
+
+
+def test_emit_matches_search_winner():
+    model = pm.load_model("gpt3-175b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 1024, 8)
+    job = _job()
+    best = run_search(model, cluster, job, top=1).candidates.iloc[0].to_dict()
+    flags = megatron_flags(model, job, best)
+    assert flags[flags.index("--pipeline-model-parallel-size") + 1] == str(best["pp"])
+    assert flags[flags.index("--micro-batch-size") + 1] == str(best["micro_batch"])
