@@ -22,21 +22,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# ---- shared options -------------------------------------------------------------------------
-ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name, model YAML or HF config.json.")]
-GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")]
-GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs in the job.")]
-BatchOpt = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
-SeqOpt = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")]
-GpnOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: the GPU's).")]
-ScaleOutOpt = Annotated[
-    Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
-]
-NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'IB NDR', 'EFA').")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4.")]
-FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
-CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+from perfmodel.cli_options import (  # noqa: E402  (shared with perfmodel.search.cli)
+    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
+    PrecisionOpt, ScaleOutOpt, SeqOpt,
+)
 
 
 def fail(exc: Exception) -> None:

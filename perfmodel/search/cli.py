@@ -3,9 +3,7 @@
 Registered on the main app in ``perfmodel/cli.py``. Bad input ends in one ``error:`` line and
 exit 2 (the helpers of ``perfmodel.cli``); no feasible configuration exits 1 (CONTRACT.md).
 
-The option types are declared here rather than imported from ``perfmodel.cli`` because that
-module imports this one while it is being built; names, defaults and meaning are the same as
-``perfmodel estimate``'s.
+The option types come from ``perfmodel.cli_options``, shared with ``perfmodel estimate``.
 """
 from __future__ import annotations
 
@@ -15,20 +13,11 @@ from typing import Annotated, Optional
 
 import typer
 
-ModelOpt = Annotated[str, typer.Option("--model", help="Catalog name, model YAML or HF config.json.")]
-GpuOpt = Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]
-BatchOpt = Annotated[int, typer.Option("--global-batch", help="Sequences per optimizer step.")]
-SeqOpt = Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")]
-GpnOpt = Annotated[Optional[int], typer.Option("--gpus-per-node", help="GPUs per node (default: the GPU's).")]
-ScaleOutOpt = Annotated[
-    Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
-]
-NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'IB NDR', 'EFA').")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4.")]
-FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
-CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+from perfmodel.cli_options import (  # noqa: E402
+    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, JsonOpt, ModelOpt, NetworkOpt, PrecisionOpt,
+    ScaleOutOpt, SeqOpt,
+)
+from perfmodel.cli_options import OptionalGpusOpt as GpusOpt  # noqa: E402
 
 
 def _parse_range(text: str | None) -> list[int] | None:
