@@ -109,6 +109,7 @@ def cluster_arrays(
         * constants.nic_efficiency
         * congestion,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
+        "fabric_slowdown": 1.0 / congestion,
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
         "inter_latency_s": cluster.scale_out_latency_us * US_S,

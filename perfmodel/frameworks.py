@@ -27,7 +27,8 @@ class FrameworkProfile(BaseModel):
         0.0, ge=0, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
     )
     p2p_overhead_s: float = Field(
-        0.0, ge=0, description="Extra time per inter-node pipeline send/recv (handshakes, metadata)."
+        0.0, ge=0, description="Fixed time per inter-node pipeline send/recv (handshake, metadata exchange, "
+        "stream sync) on an idle fabric; it grows with the fabric's congestion like its bandwidth shrinks."
     )
     step_overhead_s: float = Field(0.05, ge=0, description="Fixed time per iteration (data, logging, sync).")
     grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")

@@ -34,8 +34,10 @@ DEFAULTS_DOC = {
     "micro_batch": "1",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
     "recipes), 3 for torchtitan (FSDP2), else 0",
-    "vocab_size": "32000 (Llama-2 tokenizer)",
-    "tied_embeddings": "yes for GELU (GPT-family) models, no otherwise",
+    "vocab_size": "the framework's reference setting: nanotron 131072 (VOCAB_SIZES in nanotron "
+    "scripts/scaling_benchmarks.py, the generator of its published benchmarks), else 32000 (Llama-2 tokenizer)",
+    "tied_embeddings": "nanotron: tied when ffn_hidden_size < 10000 (scripts/scaling_benchmarks.py); "
+    "else yes for GELU (GPT-family) models, no otherwise",
     "gpus_per_node": "the GPU profile's default_gpus_per_node",
     "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
     "n_kv_heads": "n_heads (multi-head attention)",
@@ -120,9 +122,12 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "unsupported", "recompute: mode not modelled")
     recompute = np.array([RECOMPUTE_CODES.get(r, 0) for r in rc_text], dtype=float)
 
-    vocab = np.nan_to_num(_num(df, "vocab_size"), nan=32000.0)
+    nanotron = framework == "nanotron"
+    vocab = _num(df, "vocab_size")
+    vocab = np.where(np.isnan(vocab), np.where(nanotron, 131072.0, 32000.0), vocab)
     tied = _num(df, "tied_embeddings")
-    tied = np.where(np.isnan(tied), mlp == "gelu", tied > 0)
+    tied_default = np.where(nanotron, _num(df, "ffn_hidden_size") < 10000, mlp == "gelu")
+    tied = np.where(np.isnan(tied), tied_default, tied > 0)
     gpn = _num(df, "gpus_per_node")
     scale_out = _num(df, "scale_out_gbit_per_s_per_node")
 

@@ -42,7 +42,7 @@ STEP_INPUTS = (
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "fabric_slowdown",
     "intra_latency_s", "inter_latency_s",
     # parallel
     "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "qwz", "hpz", "qgz",
@@ -108,7 +108,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # each rank holds s/cp queries against all s keys (load-balanced ring, Megatron CP)
     attn_flops_full = 4.0 * b * s_loc * s * h / tp
     attn_flash_f = 0.5 * attn_flops_full / (
-        peak16 * flash_attention_efficiency(s_loc, f64["attn_efficiency_max"], f64["attn_seq_half"]) * ke
+        peak16 * flash_attention_efficiency(s_loc, f64["attn_efficiency_max"], f64["attn_seq_half"], h / a) * ke
     )
     scores_bytes = ACT_BYTES * b * (a / tp) * s_loc * s
     attn_plain_f = attn_flops_full / (peak16 * eff_max * f64["nonflash_attn_efficiency"] * ke) + elementwise_time_s(
@@ -148,7 +148,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
     p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), pp_stride) + np.where(
-        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"], 0.0
+        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"] * f64["fabric_slowdown"], 0.0
     )
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
 

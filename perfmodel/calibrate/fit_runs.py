@@ -9,7 +9,7 @@ outliers from dominating. Parameters (each with a physical meaning, bounded to i
   congestion_nodes (fabrics without their own entry);
 * per fabric with data (e.g. EFA): congestion_nodes;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
-  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s, dp_overlap.
+  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s.
 
 Never a constant per row; a row's measured value is used only in its own residual.
 """
@@ -94,7 +94,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
         add("global", "", p, b)
     nets, net_counts = np.unique(network[ok & (n_nodes > 1)], return_counts=True)
     for net, cnt in zip(nets, net_counts):
-        if net and cnt >= MIN_ROWS_OVERHEADS:
+        # a fabric whose congestion the collective benchmarks already fitted keeps that value
+        if net and cnt >= MIN_ROWS_OVERHEADS and "congestion_nodes" not in base.networks.get(net, {}):
             add("network", net, "congestion_nodes", (1.0, 4096.0, 8.0))
     fws, counts = np.unique(framework[ok], return_counts=True)
     for fw, cnt in zip(fws, counts):
@@ -118,7 +119,9 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
         for (kind, key, p), v in zip(names, x):
             if kind == "network":
                 cong = np.where(network == key, v, cong)
-        arrs["nic_bytes_per_s_per_gpu"] = nic_raw / np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
+        slowdown = np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
+        arrs["nic_bytes_per_s_per_gpu"] = nic_raw / slowdown
+        arrs["fabric_slowdown"] = slowdown
         return arrs
 
     def residual(x):

@@ -34,11 +34,20 @@ def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_byte
     return np.maximum(flops / rate, bytes_moved / hbm_bytes_per_s) + KERNEL_LAUNCH_S
 
 
-def flash_attention_efficiency(seq_len_kv, attn_efficiency_max, attn_seq_half):
-    """Achieved fraction of peak of a flash-attention kernel at key length s_kv:
-    eff_max * s / (s + s_half). Short sequences cannot fill the SMs (FlashAttention-2 Fig. 5-6)."""
+ATTN_HEAD_DIM_HALF = 18.0
+"""Head dim at which flash attention would run at half its head-dim-128 rate: smaller heads do
+less math per byte of Q/K/V. From kernels.csv (FA2 fwd+bwd, causal, 16K): hd64/hd128 = 284/328
+on H100 (fits 23.5) and 171/189 on A100 (fits 13); 18 is their mean."""
+
+
+def flash_attention_efficiency(seq_len_kv, attn_efficiency_max, attn_seq_half, head_dim=128.0):
+    """Achieved fraction of peak of a flash-attention kernel at key length s_kv and head dim d:
+    eff_max * s / (s + s_half) * [d / (d + d_half)] / [128 / (128 + d_half)], eff_max being the
+    rate at d = 128. Short sequences cannot fill the SMs (FlashAttention-2 Fig. 5-6)."""
     s = np.asarray(seq_len_kv, dtype=float)
-    return attn_efficiency_max * s / (s + attn_seq_half)
+    d = np.asarray(head_dim, dtype=float)
+    head = (d / (d + ATTN_HEAD_DIM_HALF)) / (128.0 / (128.0 + ATTN_HEAD_DIM_HALF))
+    return attn_efficiency_max * s / (s + attn_seq_half) * head
 
 
 def elementwise_time_s(bytes_moved, hbm_bytes_per_s, hbm_efficiency=0.8):
