@@ -1,15 +1,17 @@
 """perfmodel: an analytical performance model and parallelism tuner for LLM training.
 
 Python API (see README): ``load_model``, ``load_gpu``, ``ClusterSpec.build``, ``ParallelSpec``,
-``JobSpec``, ``estimate``; ``search`` returns candidates as a DataFrame, best first.
+``JobSpec``, ``estimate``; ``search`` returns candidates as a DataFrame, best first; ``whatif``
+sweeps one or two variables (GPU, GPU count, network, ...) into a tidy DataFrame.
 """
 from perfmodel.catalog import load_gpu, load_model
 from perfmodel.errors import InputError
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.search import search
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.whatif import whatif
 
 __all__ = [
-    "load_model", "load_gpu", "estimate", "Estimate", "search", "InputError",
+    "load_model", "load_gpu", "estimate", "Estimate", "search", "whatif", "InputError",
     "AcceleratorSpec", "ClusterSpec", "JobSpec", "ModelSpec", "ParallelSpec",
 ]

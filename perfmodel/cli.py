@@ -199,6 +199,14 @@ from perfmodel.calibrate.comm import comm_command as _comm  # noqa: E402
 
 app.command("comm")(_comm)
 
+from perfmodel.report.command import report as _report  # noqa: E402
+
+app.command("report")(_report)
+
+from perfmodel.report.whatif_command import whatif_command as _whatif  # noqa: E402
+
+app.command("whatif")(_whatif)
+
 
 def main() -> None:
     try:

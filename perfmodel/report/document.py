@@ -1,0 +1,91 @@
+"""Assemble the report page from a ``ReportData`` and its rendered plots (PNG bytes)."""
+from __future__ import annotations
+
+import datetime as dt
+
+from perfmodel.report import html as H
+from perfmodel.report.data import ReportData
+from perfmodel.report.figures import candidate_label
+from perfmodel.report.inputs import calibration_rows, cluster_rows, job_rows, model_rows
+
+TOP_HEADER = ("#", "tp", "pp", "dp", "cp", "vpp", "micro batch", "sp", "ZeRO", "recompute",
+              "iteration (s)", "tokens/s/GPU", "MFU", "memory (GiB)")
+
+
+def _top_rows(data: ReportData) -> list[tuple]:
+    rows = []
+    for i, r in enumerate(data.top_candidates.to_dict("records"), start=1):
+        zero = f"{int(r['zero_stage'])}" + (f" + {r['zeropp']}" if r.get("zeropp") else "")
+        rows.append((i, int(r["tp"]), int(r["pp"]), int(r["dp"]), int(r["cp"]), int(r["vpp"]),
+                     int(r["micro_batch"]), "on" if r["sp"] else "off", zero, r["recompute"],
+                     f"{r['iteration_time_s']:.3f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['mfu']:.1%}",
+                     f"{r['memory_gib']:.1f}"))
+    return rows
+
+
+def _search_note(data: ReportData) -> str:
+    res = data.result
+    reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
+    why = "; ".join(f"{k} ({v:,})" for k, v in reasons)
+    return (f"Searched {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s; "
+            f"{res.n_feasible:,} fit in memory. Most rejected: {why}." if why else
+            f"Searched {res.n_evaluated:,} configurations; {res.n_feasible:,} fit in memory.")
+
+
+def _runs_section(data: ReportData, images: dict[str, bytes]) -> str:
+    if data.runs is None:
+        return H.section("runs", "Predicted vs measured",
+                         note="No measured runs were given (perfmodel report --runs RUNS_CSV adds this section).")
+    runs = data.runs
+    ape = runs["error_pct"].abs()
+    by_source = runs.assign(ape=ape).groupby("source").agg(
+        runs=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
+        bias=("error_pct", "median")).sort_values("runs", ascending=False)
+    rows = [(src, int(r.runs), f"{r.mape:.1f}%", f"{r.median_ape:.1f}%", f"{r.bias:+.1f}%")
+            for src, r in by_source.iterrows()]
+    parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(runs):,} runs predicted "
+                         f"(MAPE {ape.mean():.1f}%, median {ape.median():.1f}%).")]
+    if "runs" in images:
+        parts.append(H.image(images["runs"], "predicted vs measured tokens/s per GPU"))
+    parts.append(H.table(("source", "runs", "MAPE", "median |error|", "median error (bias)"), rows, left=1))
+    return H.section("runs", "Predicted vs measured", *parts,
+                     note="Each run predicted from its own configuration columns only (as perfmodel validate).")
+
+
+def render(data: ReportData, images: dict[str, bytes]) -> str:
+    """The HTML page. ``images`` maps plot names (time, memory, heatmap, scaling, runs) to PNGs."""
+    m, c, j = data.model, data.cluster, data.job
+    best = data.top_candidates.iloc[0].to_dict()
+    title = f"{m.name} on {c.n_gpus:,} x {c.gpu.name}"
+    subtitle = (f"seq len {j.seq_len:,}, global batch {j.global_batch:,}, {j.precision}, {j.framework}. "
+                f"Best: {candidate_label(best)} at {best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+                f"MFU {best['mfu']:.1%}. Generated {dt.datetime.now().strftime('%Y-%m-%d %H:%M')} by perfmodel.")
+    sections = [
+        ("inputs", "Inputs", H.section("inputs", "Inputs", H.grid([
+            ("Model", H.kv_table(model_rows(m))), ("Cluster", H.kv_table(cluster_rows(c))),
+            ("Job", H.kv_table(job_rows(j))),
+            ("Calibration", H.kv_table(calibration_rows(data.calibration, data.calibration_source))),
+        ]))),
+        ("top", "Top configurations", H.section(
+            "top", f"Top {len(data.top_candidates)} configurations",
+            H.table(TOP_HEADER, _top_rows(data), highlight_first=True), note=_search_note(data))),
+        ("time", "Time breakdown", H.section(
+            "time", "Time breakdown", H.image(images["time"], "time breakdown per candidate"),
+            note="Communication is the part not hidden behind compute; the bars sum to the iteration time.")),
+        ("memory", "Memory", H.section(
+            "memory", "Memory per GPU", H.image(images["memory"], "memory breakdown per candidate"),
+            note=f"Against the {c.gpu.hbm_capacity_gib:.0f} GiB of HBM per GPU (dashed line).")),
+        ("heatmap", "TP x PP", H.section(
+            "heatmap", "TP x PP map", H.image(images["heatmap"], "best throughput per tp and pp"),
+            note="Each cell: the fastest configuration with that tp and pp over every other axis; "
+                 "the framed cell holds the winner.")),
+        ("scaling", "Scaling", H.section(
+            "scaling", "Scaling with GPUs", H.image(images["scaling"], "throughput and MFU vs GPU count"),
+            H.table(("GPUs", "tokens/s (job)", "tokens/s/GPU", "MFU", "best configuration"), [
+                (f"{int(r['n_gpus']):,}", f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}",
+                 f"{r['mfu']:.1%}", candidate_label(r)) for r in data.scaling.to_dict("records")]),
+            note="Same model, job and GPU; the GPU count varies and the search reruns at each count.")),
+    ]
+    sections.append(("runs", "Measured runs", _runs_section(data, images)))
+    return H.page(title, subtitle, sections)
+

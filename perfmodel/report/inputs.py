@@ -1,0 +1,95 @@
+"""The report's "inputs" tables: model, cluster, job, and the calibration with its fit quality
+as its provenance records it (``perfmodel calibrate`` / ``calibration/refit.py`` write it)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from perfmodel.calibration_profile import REPO_ROOT, Calibration
+from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
+
+Rows = list[tuple[str, str]]
+
+
+def model_rows(model: ModelSpec) -> Rows:
+    return [
+        ("name", model.name),
+        ("parameters", f"{model.n_params() / 1e9:,.1f} B"),
+        ("layers", str(model.n_layers)),
+        ("hidden size", str(model.hidden_size)),
+        ("FFN hidden size", f"{model.ffn_hidden_size} ({model.mlp})"),
+        ("attention heads (KV heads)", f"{model.n_heads} ({model.n_kv_heads})"),
+        ("vocabulary", f"{model.vocab_size:,}"),
+    ]
+
+
+def cluster_rows(cluster: ClusterSpec) -> Rows:
+    gpu = cluster.gpu
+    nodes = cluster.n_gpus / cluster.gpus_per_node
+    return [
+        ("GPU", f"{gpu.display_name} ({gpu.name})"),
+        ("GPUs", f"{cluster.n_gpus:,} ({nodes:,.0f} nodes x {cluster.gpus_per_node})"),
+        ("HBM per GPU", f"{gpu.hbm_capacity_gib:.0f} GiB, {gpu.hbm_bandwidth_gb_per_s:,.0f} GB/s"),
+        ("dense BF16 peak", f"{gpu.peak_flop_per_s('bf16') / 1e12:,.0f} TFLOP/s"),
+        ("NVLink per GPU", f"{gpu.intra_node_bandwidth_gb_per_s:,.0f} GB/s (domain {cluster.nvlink_domain_gpus} GPUs)"),
+        ("scale-out per node", f"{cluster.scale_out_gbit_per_s_per_node:,.0f} Gbit/s "
+                               f"({cluster.scale_out_gbit_per_s_per_node / cluster.gpus_per_node:,.0f} per GPU)"),
+        ("network", cluster.network or "not stated"),
+    ]
+
+
+def job_rows(job: JobSpec) -> Rows:
+    return [
+        ("global batch", f"{job.global_batch:,} sequences ({job.global_batch * job.seq_len / 1e6:,.2f} M tokens)"),
+        ("sequence length", f"{job.seq_len:,} tokens"),
+        ("precision", job.precision),
+        ("framework", job.framework),
+    ]
+
+
+def _collectives_quality(ref: str) -> str | None:
+    """Median of the per-file median |relative error| of a collectives fit the profile points to."""
+    path = Path(ref) if Path(ref).is_absolute() else REPO_ROOT / ref
+    try:
+        prov = (yaml.safe_load(path.read_text()) or {}).get("provenance", {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    errs = list((prov.get("file_median_abs_error") or {}).values())
+    if not errs:
+        return None
+    return f"{len(errs)} nccl-tests files, median |error| {np.median(errs):.1%} (worst file {max(errs):.1%})"
+
+
+def calibration_rows(cal: Calibration, source: str) -> Rows:
+    """Where the calibration comes from and how well it fitted its inputs."""
+    prov = cal.provenance or {}
+    rows: Rows = [("profile", source)]
+    if prov.get("created") or prov.get("date"):
+        rows.append(("created", str(prov.get("created") or prov.get("date"))))
+    inputs = prov.get("inputs") or []
+    if inputs:
+        desc = ", ".join(f"{i.get('kind', '?')}: {Path(str(i.get('path', '?'))).name} ({i.get('points', '?')} points)"
+                         for i in inputs[:6])
+        more = f" and {len(inputs) - 6} more" if len(inputs) > 6 else ""
+        rows.append(("fitted on", desc + more))
+    mape = prov.get("runs_mape_pct_by_source") or {}
+    if mape:
+        vals = np.array([float(v) for v in mape.values()])
+        worst = max(mape, key=lambda k: float(mape[k]))
+        rows.append(("runs fit quality",
+                     f"tokens/s/GPU MAPE macro-averaged over {len(vals)} sources {vals.mean():.1f}%, "
+                     f"median source {np.median(vals):.1f}%, worst {worst} {float(mape[worst]):.1f}%"))
+    errs = prov.get("file_median_abs_error") or {}
+    if errs:
+        e = np.array([float(v) for v in errs.values()])
+        rows.append(("collectives fit quality", f"{e.size} files, median |error| {np.median(e):.1%}"))
+    elif isinstance(prov.get("collectives"), str):
+        quality = _collectives_quality(prov["collectives"])
+        if quality:
+            rows.append(("collectives fit quality", quality))
+    if len(rows) == 1:
+        rows.append(("fit quality", "not recorded in this profile's provenance"))
+    return rows
+

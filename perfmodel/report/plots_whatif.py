@@ -1,0 +1,75 @@
+"""The what-if plot: tokens/s per GPU and MFU against the first swept variable, one series per
+value of the second. Numeric variables are lines, categorical ones (GPU, calibration, ZeRO++)
+grouped bars; points that are invalid or do not fit are left out (and named in the title)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from perfmodel.report.colors import SERIES, category_color
+from perfmodel.report.figures import new_figure
+
+#: axis labels with units, per swept variable
+AXIS_LABELS = {
+    "gpus": "GPUs",
+    "gpu": "GPU",
+    "scale_out_gbit_per_s": "scale-out bandwidth per node (Gbit/s)",
+    "seq_len": "sequence length (tokens)",
+    "global_batch": "global batch (sequences)",
+    "zeropp_on": "ZeRO++",
+    "calibration": "calibration profile",
+}
+NUMERIC = {"gpus", "scale_out_gbit_per_s", "seq_len", "global_batch"}
+PANELS = (("tokens_per_s_per_gpu", "tokens/s per GPU", 1.0), ("mfu", "MFU (%)", 100.0))
+
+
+def _fmt(var: str, value) -> str:
+    if var == "zeropp_on":
+        return "ZeRO++ on" if bool(value) else "ZeRO++ off"
+    if var in NUMERIC:
+        return f"{value:,.0f}"
+    return str(value)
+
+
+def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
+    sweep = list(sweep or df.attrs.get("sweep") or [])
+    x_var = sweep[0]
+    s_var = sweep[1] if len(sweep) > 1 else None
+    fig, axes = new_figure(12, 4.6, ncols=2)
+    ok = df[df["status"] == "ok"]
+    series = list(dict.fromkeys(df[s_var])) if s_var else [None]
+    xs = list(dict.fromkeys(df[x_var]))
+    numeric = x_var in NUMERIC
+    width = 0.8 / max(len(series), 1)
+    for ax, (col, label, scale) in zip(axes, PANELS):
+        for k, sv in enumerate(series):
+            sub = ok if sv is None else ok[ok[s_var] == sv]
+            name = _fmt(s_var, sv) if s_var else "best config" if df.attrs.get("mode") == "best" else "fixed config"
+            color = category_color(k) if s_var else SERIES["throughput" if col != "mfu" else "mfu"]
+            y = sub[col].to_numpy(dtype=float) * scale
+            if numeric:
+                ax.plot(sub[x_var].to_numpy(dtype=float), y, "o-", color=color, label=name, linewidth=2)
+            else:
+                pos = np.array([xs.index(v) for v in sub[x_var]]) + (k - (len(series) - 1) / 2) * width
+                bars = ax.bar(pos, y, width=width * 0.95, color=color, label=name)
+                text = [f"{v:,.0f}" if col != "mfu" else f"{v:.1f}" for v in y]
+                if col != "mfu" and df.attrs.get("mode") == "best":
+                    text = [f"{t}\ntp{r.tp} pp{r.pp} dp{r.dp}" for t, r in zip(text, sub.itertuples())]
+                ax.bar_label(bars, text, fontsize=7.5, padding=2)
+        if numeric:
+            if len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 8:
+                ax.set_xscale("log", base=2)
+            ax.set_xticks([float(v) for v in xs], [_fmt(x_var, v) for v in xs])
+        else:
+            ax.set_xticks(range(len(xs)), [_fmt(x_var, v) for v in xs])
+        ax.set_xlabel(AXIS_LABELS.get(x_var, x_var))
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0, top=(ax.get_ylim()[1] * 1.1))
+        if s_var or not numeric:
+            ax.legend(fontsize=8.5, title=AXIS_LABELS.get(s_var, "") if s_var else None)
+    dropped = len(df) - len(ok)
+    note = f" ({dropped} of {len(df)} points invalid or out of memory, not drawn)" if dropped else ""
+    fig.suptitle(f"What if: {' x '.join(AXIS_LABELS.get(v, v) for v in sweep)} "
+                 f"[{df.attrs.get('mode', '?')} configuration]{note}", fontsize=11)
+    return fig

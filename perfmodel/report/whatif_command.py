@@ -1,0 +1,109 @@
+"""``perfmodel whatif``: sweep one or two variables, print the table, write CSV + PNG to --out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from perfmodel.cli_options import (
+    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
+    PrecisionOpt, ScaleOutOpt, SeqOpt,
+)
+
+CASTS = {"gpus": int, "seq_len": int, "global_batch": int, "scale_out_gbit_per_s": float,
+         "gpu": str, "calibration": str, "zeropp_on": str}
+
+
+def parse_vary(items: list[str]) -> dict[str, list]:
+    """``["gpu=h100-sxm5-80gb,h200-sxm-141gb", "gpus=256,512"]`` -> {name: [values]}."""
+    from perfmodel.errors import InputError
+    from perfmodel.whatif import VARIABLES
+
+    out: dict[str, list] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in VARIABLES:
+            raise InputError("vary", f"must be NAME=V1,V2,... with NAME one of {', '.join(VARIABLES)} (got {item!r})")
+        try:
+            out[name] = [CASTS[name](v.strip()) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise InputError(f"vary.{name}", f"values must be numbers (got {values!r})") from None
+    return out
+
+
+def whatif_command(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    gpus: GpusOpt,
+    global_batch: BatchOpt,
+    vary: Annotated[list[str], typer.Option("--vary", help="NAME=V1,V2,... (once or twice); NAME: gpus, gpu, "
+                                            "scale_out_gbit_per_s, seq_len, global_batch, zeropp_on, calibration.")],
+    mode: Annotated[str, typer.Option("--mode", help="best (search at every point) or fixed (the --tp/--pp/... "
+                                      "configuration, dp re-derived).")] = "best",
+    seq_len: SeqOpt = 2048,
+    gpus_per_node: GpnOpt = None,
+    scale_out_gbit_per_s: ScaleOutOpt = None,
+    network: NetworkOpt = None,
+    precision: PrecisionOpt = "bf16",
+    framework: FrameworkOpt = "megatron-lm",
+    calibration: CalibrationOpt = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (mode fixed).")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size (mode fixed).")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel size (mode fixed).")] = 1,
+    vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (mode fixed).")] = 1,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per micro-batch (mode fixed).")] = 1,
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (mode fixed).")] = True,
+    zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3 (mode fixed).")] = 1,
+    recompute: Annotated[str, typer.Option(help="Recompute mode (mode fixed).")] = "none",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for whatif.csv and whatif.png.")] = None,
+    json_out: JsonOpt = False,
+):
+    """What would another GPU count, GPU, network, sequence length, batch, ZeRO++ or calibration buy?"""
+    import pandas as pd
+    from pydantic import ValidationError
+
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.catalog import load_model
+    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.errors import InputError, from_validation_error
+    from perfmodel.specs import ParallelSpec
+    from perfmodel.whatif import whatif
+
+    try:
+        sweep = parse_vary(vary)
+        spec = load_model(model)
+        cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
+        job = build_job(global_batch, seq_len, precision, framework)
+        par = None
+        if mode == "fixed":
+            try:
+                par = ParallelSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,
+                                   zero_stage=zero_stage, recompute=recompute)
+            except ValidationError as exc:
+                raise from_validation_error(exc) from None
+        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=load_calibration(calibration))
+    except (InputError, ValidationError) as exc:
+        fail(exc)
+    if out is not None:
+        from perfmodel.report.figures import png_bytes
+        from perfmodel.report.plots_whatif import whatif_figure
+
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "whatif.csv", index=False)
+        (out / "whatif.png").write_bytes(png_bytes(whatif_figure(df)))
+    if json_out:
+        typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "points": json.loads(df.to_json(orient="records"))},
+                              indent=2))
+    else:
+        cols = list(sweep) + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
+                              "tokens_per_s_per_gpu", "mfu", "memory_gib", "iteration_time_s", "status"]
+        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
+            typer.echo(df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1,
+                                       "iteration_time_s": 3}).to_string(index=False))
+        if out is not None:
+            typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
+    if not (df["status"] == "ok").any():
+        raise typer.Exit(1)

@@ -1,0 +1,231 @@
+"""What-if sweeps: the same job with one or two things changed, as a tidy DataFrame.
+
+    import perfmodel as pm
+    df = pm.whatif("llama3-70b", cluster, job, {"gpu": ["h100-sxm5-80gb", "h200-sxm-141gb"]})
+    df = pm.whatif(model, cluster, job, {"scale_out_gbit_per_s": [800, 3200], "gpus": [256, 512]},
+                   mode="fixed", parallel=pm.ParallelSpec(tp=8, pp=4, vpp=5))
+
+One row per point of the Cartesian product of the swept values: the swept values, the
+configuration (fixed, or the best one found), ``iteration_time_s``, ``tokens_per_s_per_gpu``,
+``tokens_per_s``, ``mfu``, ``memory_gib``, ``fits``, ``status`` (``ok`` / ``invalid`` / ``no fit``)
+and ``reason``. Everything not swept stays as in the base cluster and job (the network stays when
+the GPU changes). Infeasible points are rows with a status, never exceptions.
+
+* ``mode="fixed"`` costs one configuration at every point: its tp/pp/cp/vpp/micro-batch/sp/ZeRO/
+  recompute are kept and dp is re-derived from the point's GPU count. The inputs of every point
+  are built with ``estimate.build_inputs``, stacked, and costed by one ``step_costs`` call.
+* ``mode="best"`` searches the whole space at every point (the batched search engine) and reports
+  its fastest configuration that fits.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any, Literal, Mapping, NamedTuple, Sequence
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.errors import InputError, from_validation_error
+from perfmodel.estimate import build_inputs, check_config
+from perfmodel.search.engine import METRICS, evaluate, template_inputs
+from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
+from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.step import STEP_INPUTS, step_costs
+
+Mode = Literal["fixed", "best"]
+
+#: what can be swept -> what it means (units in the name)
+VARIABLES: dict[str, str] = {
+    "gpus": "GPU count",
+    "gpu": "GPU type (catalog name or profile YAML)",
+    "scale_out_gbit_per_s": "scale-out NIC bandwidth per node, Gbit/s",
+    "seq_len": "sequence length, tokens",
+    "global_batch": "global batch, sequences",
+    "zeropp_on": "ZeRO++ (qwz, hpz, qgz on ZeRO-3) off/on",
+    "calibration": "calibrated profile (path; 'default' = the shipped one)",
+}
+NUMERIC = ("gpus", "scale_out_gbit_per_s", "seq_len", "global_batch")
+ZEROPP_ALL = "hpz,qgz,qwz"
+CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute")
+METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
+
+
+def _as_bool(value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text in {"1", "true", "on", "yes"}:
+        return True
+    if text in {"0", "false", "off", "no", ""}:
+        return False
+    raise InputError("zeropp_on", f"must be on/off or true/false (got {value!r})")
+
+
+def _point_calibration(value: Any) -> tuple[Calibration, str]:
+    if isinstance(value, Calibration):
+        return value, "custom"
+    if value is None or str(value) == "default":
+        return load_calibration(None), "default"
+    return load_calibration(value), str(value)
+
+
+def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
+    if not 1 <= len(sweep) <= 2:
+        raise InputError("sweep", f"must name one or two variables (got {len(sweep)})")
+    out = {}
+    for name, values in sweep.items():
+        if name not in VARIABLES:
+            raise InputError("sweep", f"unknown variable {name!r}; one of {', '.join(VARIABLES)}")
+        values = list(values) if not isinstance(values, (str, bytes)) else [values]
+        if not values:
+            raise InputError(f"sweep.{name}", "needs at least one value")
+        if name in NUMERIC and not all(float(v) > 0 for v in values):
+            raise InputError(f"sweep.{name}", f"values must be positive (got {values})")
+        out[name] = values
+    return out
+
+
+class _Point(NamedTuple):
+    cluster: ClusterSpec | None
+    job: JobSpec | None
+    calibration: Calibration
+    zeropp_on: bool
+    shown: dict[str, Any]
+    """The swept values as they go into the frame (names and labels for objects)."""
+    invalid: str = ""
+    """Why the point itself is inconsistent (e.g. GPUs not whole nodes); '' when it is not."""
+
+
+def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, values: dict[str, Any]) -> _Point:
+    """The specs of one point of the sweep."""
+    from perfmodel.catalog import load_gpu
+
+    shown = dict(values)
+    gpu = cluster.gpu
+    if "gpu" in values:
+        gpu = values["gpu"] if not isinstance(values["gpu"], (str, Path)) else load_gpu(str(values["gpu"]))
+        shown["gpu"] = gpu.name
+    cal = base_cal if base_cal is not None else load_calibration(None)
+    if "calibration" in values:
+        cal, shown["calibration"] = _point_calibration(values["calibration"])
+    zpp = _as_bool(values["zeropp_on"]) if "zeropp_on" in values else False
+    if "zeropp_on" in values:
+        shown["zeropp_on"] = zpp
+    n = int(values.get("gpus", cluster.n_gpus))
+    bw = float(values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node))
+    try:
+        c = ClusterSpec.build(gpu, n, min(cluster.gpus_per_node, n), bw, cluster.scale_out_latency_us,
+                              network=cluster.network)
+        j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
+    except ValidationError as exc:
+        return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))
+    return _Point(c, j, cal, zpp, shown)
+
+
+def _fixed_parallel(parallel: ParallelSpec, n_gpus: int, zeropp_on: bool | None) -> ParallelSpec:
+    mp = parallel.tp * parallel.pp * parallel.cp
+    if n_gpus % mp:
+        raise InputError("gpus", f"must be a multiple of tp*pp*cp (gpus={n_gpus}, tp*pp*cp={mp})")
+    update: dict[str, Any] = {"dp": n_gpus // mp}
+    if zeropp_on is True:
+        update.update(zero_stage=3, zeropp=ZEROPP_ALL)
+    elif zeropp_on is False:
+        update.update(zeropp=frozenset())
+    try:
+        return ParallelSpec(**{**parallel.model_dump(), **update})
+    except ValidationError as exc:
+        raise from_validation_error(exc, "parallel") from None
+
+
+def _config_row(par: ParallelSpec) -> dict[str, Any]:
+    return {**{k: getattr(par, k) for k in CONFIG_COLUMNS if k not in ("zeropp", "sp")},
+            "sp": bool(par.sp and par.tp > 1), "zeropp": ",".join(sorted(par.zeropp))}
+
+
+def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool) -> list[dict]:
+    rows, inputs, where = [], [], []
+    for c, j, cal, zpp, shown, invalid in points:
+        if invalid:
+            rows.append({**shown, "status": "invalid", "reason": invalid})
+            continue
+        try:
+            par = _fixed_parallel(parallel, c.n_gpus, zpp if sweep_zpp else None)
+            check_config(model, c, par, j)
+        except InputError as exc:
+            rows.append({**shown, "status": "invalid", "reason": str(exc)})
+            continue
+        rows.append({**shown, **_config_row(par), "status": "ok", "reason": ""})
+        inputs.append(build_inputs(model, c, par, j, cal))
+        where.append(len(rows) - 1)
+    if inputs:
+        out = step_costs({k: np.array([x[k] for x in inputs], dtype=float) for k in STEP_INPUTS})
+        n_gpus = np.array([x["tp"] * x["pp"] * x["dp"] * x["cp"] for x in inputs], dtype=float)
+        out["tokens_per_s"] = out["tokens_per_s_per_gpu"] * n_gpus
+        for i, r in enumerate(where):
+            rows[r].update({k: (bool(out[k][i]) if k == "fits" else float(out[k][i])) for k in METRIC_COLUMNS})
+            if not rows[r]["fits"]:
+                rows[r].update(status="no fit", reason=f"needs {rows[r]['memory_gib']:.1f} GiB per GPU")
+    return rows
+
+
+def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zpp: bool) -> dict[str, Any]:
+    space = enumerate_space(model, c, j)
+    configs, template = space.configs, template_inputs(model, c, j, cal)
+    if zpp:
+        keep = configs["zero_stage"] == 3
+        configs = {k: v[keep] for k, v in configs.items()}
+        template = {**template, "qwz": 1.0, "hpz": 1.0, "qgz": 1.0}
+    if configs["tp"].size == 0:
+        return {"status": "invalid", "reason": "no structurally valid configuration"
+                + (" with ZeRO-3" if zpp else "")}
+    m = evaluate(template, configs, keep=METRICS)
+    if not m["fits"].any():
+        return {"status": "no fit", "reason": f"none of {configs['tp'].size:,} configurations fits "
+                f"(least {m['memory_gib'].min():.1f} GiB per GPU)"}
+    score = np.where(m["fits"], -m["tokens_per_s_per_gpu"], np.inf)
+    i = int(np.lexsort((m["memory_gib"], score))[0])
+    row = {k: configs[k][i].item() for k in PARALLEL_KEYS}
+    row.update(sp=bool(row["sp"]), recompute=RECOMPUTE_NAMES[int(row["recompute"])], zeropp=ZEROPP_ALL if zpp else "")
+    row.update({k: (bool(m[k][i]) if k == "fits" else float(m[k][i])) for k in METRICS})
+    row["tokens_per_s"] = row["tokens_per_s_per_gpu"] * c.n_gpus
+    return {**row, "status": "ok", "reason": ""}
+
+
+def whatif(
+    model: ModelSpec | str,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    sweep: Mapping[str, Sequence],
+    *,
+    mode: Mode = "best",
+    parallel: ParallelSpec | None = None,
+    calibration: Calibration | None = None,
+) -> pd.DataFrame:
+    """Sweep one or two ``VARIABLES``; one row per point (see the module docstring).
+
+    ``df.attrs``: sweep (variable names in order), mode, elapsed_s."""
+    t0 = time.perf_counter()
+    if isinstance(model, str):
+        from perfmodel.catalog import load_model
+
+        model = load_model(model)
+    if mode not in ("fixed", "best"):
+        raise InputError("mode", f"must be fixed or best (got {mode!r})")
+    if mode == "fixed" and parallel is None:
+        raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
+    sweep = _check_sweep(sweep)
+    names = list(sweep)
+    points = [_point(cluster, job, calibration, dict(zip(names, combo)))
+              for combo in itertools.product(*sweep.values())]
+    if mode == "fixed":
+        rows = _run_fixed(points, parallel, model, "zeropp_on" in sweep)
+    else:
+        rows = [{**p.shown, **(_best_one(model, p.cluster, p.job, p.calibration, p.zeropp_on) if not p.invalid
+                               else {"status": "invalid", "reason": p.invalid})} for p in points]
+    columns = names + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS) + ["status", "reason"]
+    df = pd.DataFrame(rows).reindex(columns=columns)
+    df["fits"] = df["fits"].fillna(False).astype(bool)
+    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0)
+    return df

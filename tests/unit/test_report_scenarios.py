@@ -1,0 +1,134 @@
+"""`perfmodel report` end to end on the three scenarios of the issue, plus escaping and bad input.
+
+Kept fast: --top 3 and a two-point scaling curve per scenario."""
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from perfmodel.cli import app
+from perfmodel.report.build import CANDIDATES_CSV, HTML_FILE, PNG_FILES
+from perfmodel.report.figures import PNG_SIGNATURE
+from perfmodel.search.engine import CONTRACT_COLUMNS
+from perfmodel.step import MEMORY_PARTS, TIME_PARTS
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS_CSV = REPO / "calibration" / "data" / "runs" / "calibration_runs.csv"
+
+SCENARIOS = {
+    "llama3-70b-512xh100-8k": ["--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "512",
+                               "--seq-len", "8192", "--global-batch", "512", "--scaling-gpus", "256,512"],
+    "gpt3-175b-1024xa100": ["--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024",
+                            "--seq-len", "2048", "--global-batch", "1536", "--scaling-gpus", "512,1024"],
+    "llama3.1-405b-16384xh100-8k": ["--model", "llama3.1-405b", "--gpu", "h100-sxm5-80gb", "--gpus", "16384",
+                                    "--seq-len", "8192", "--global-batch", "2048", "--scaling-gpus", "8192,16384"],
+}
+SECTIONS = ("inputs", "top", "time", "memory", "heatmap", "scaling", "runs")
+
+
+def run(args):
+    return CliRunner().invoke(app, ["report", *args])
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    out = {}
+    for name, args in SCENARIOS.items():
+        d = tmp_path_factory.mktemp(name.replace(".", "_"))
+        res = run([*args, "--top", "3", "--out", str(d)])
+        assert res.exit_code == 0, res.output
+        out[name] = d
+    return out
+
+
+def embedded_pngs(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_report_has_every_section_and_is_self_contained(reports, name):
+    page = (reports[name] / HTML_FILE).read_text()
+    for anchor in SECTIONS:
+        assert f'<section id="{anchor}">' in page
+    images = embedded_pngs(page)
+    assert len(images) == 4  # time, memory, heatmap, scaling (no runs given)
+    assert all(img.startswith(PNG_SIGNATURE) and len(img) > 5000 for img in images)
+    # nothing is loaded from elsewhere: no scripts, stylesheets or remote sources
+    assert "<script" not in page.lower() and "<link" not in page.lower()
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert "fit quality" in page  # the calibration's provenance is summarised
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_report_writes_valid_pngs_and_candidates_csv(reports, name):
+    d = reports[name]
+    for plot, file in PNG_FILES.items():
+        path = d / file
+        if plot == "runs":
+            assert not path.exists()
+            continue
+        assert path.read_bytes().startswith(PNG_SIGNATURE)
+    df = pd.read_csv(d / CANDIDATES_CSV)
+    assert set(CONTRACT_COLUMNS) <= set(df.columns)
+    assert set(TIME_PARTS) | set(MEMORY_PARTS) <= set(df.columns)
+    assert len(df) >= 3
+    tps = df["tokens_per_s_per_gpu"].to_numpy()
+    assert (tps[:-1] >= tps[1:] - 1e-9).all()  # best first
+    top = df.head(3)
+    assert top[list(TIME_PARTS)].sum(axis=1).to_numpy() == pytest.approx(top["iteration_time_s"].to_numpy(), rel=1e-9)
+    assert top[list(MEMORY_PARTS)].sum(axis=1).to_numpy() == pytest.approx(top["memory_gib"].to_numpy(), rel=1e-9)
+    # the table on the page shows the same winner
+    page = (d / HTML_FILE).read_text()
+    assert f"{df['tokens_per_s_per_gpu'].iloc[0]:,.0f}" in page
+    scaling = pd.read_csv(d / "scaling.csv")
+    assert sorted(scaling["n_gpus"]) == [int(v) for v in SCENARIOS[name][-1].split(",")]
+
+
+def test_report_with_runs_adds_predicted_vs_measured(tmp_path):
+    runs = tmp_path / "runs & <odd> name.csv"
+    runs.write_text("".join(RUNS_CSV.read_text().splitlines(keepends=True)[:41]))
+    res = run(SCENARIOS["llama3-70b-512xh100-8k"][:-2] + ["--scaling-gpus", "512", "--top", "2",
+                                                          "--runs", str(runs), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "r" / HTML_FILE).read_text()
+    assert len(embedded_pngs(page)) == 5
+    assert (tmp_path / "r" / PNG_FILES["runs"]).read_bytes().startswith(PNG_SIGNATURE)
+    pred = pd.read_csv(tmp_path / "r" / "runs_predicted.csv")
+    assert len(pred) > 10 and {"measured_tokens_per_s_per_gpu", "pred_tokens_per_s_per_gpu", "error_pct"} <= set(pred)
+    assert "runs &amp; &lt;odd&gt; name.csv" in page and "<odd>" not in page
+
+
+def test_model_name_is_escaped(tmp_path):
+    evil = "<script>alert(1)</script>"
+    model = tmp_path / "evil.yaml"
+    model.write_text(
+        f'name: "{evil}"\nn_layers: 32\nhidden_size: 4096\nffn_hidden_size: 14336\nn_heads: 32\n'
+        "n_kv_heads: 8\nvocab_size: 128256\nmlp: swiglu\ntied_embeddings: false\n"
+    )
+    res = run(["--model", str(model), "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--seq-len", "4096",
+               "--global-batch", "64", "--top", "2", "--scaling-gpus", "8,16", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "r" / HTML_FILE).read_text()
+    assert evil not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page.lower()
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--top", "0"], "top"),
+    (["--scaling-gpus", "64,x"], "scaling_gpus"),
+    (["--model", "no-such-model"], "model"),
+])
+def test_bad_input_exits_2_with_one_error_line(tmp_path, args, field):
+    base = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "16"]
+    res = run([*base, *args, "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert lines[-1].startswith("error:") and field in lines[-1]
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "r" / HTML_FILE).exists()

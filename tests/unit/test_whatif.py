@@ -1,0 +1,139 @@
+"""What-if sweeps: the fixed path agrees with ``estimate``, the best path with ``search``;
+infeasible points are rows, not exceptions; the command writes a CSV and a PNG."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import perfmodel as pm
+from perfmodel.cli import app
+from perfmodel.errors import InputError
+from perfmodel.report.figures import PNG_SIGNATURE
+from perfmodel.report.plots_whatif import whatif_figure
+from perfmodel.whatif import CONFIG_COLUMNS, METRIC_COLUMNS
+
+MODEL = pm.load_model("llama3-8b")
+CLUSTER = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), n_gpus=64)
+JOB = pm.JobSpec(global_batch=128, seq_len=4096)
+PAR = pm.ParallelSpec(tp=2, pp=2, vpp=2, micro_batch=1, recompute="selective")
+
+
+def test_fixed_mode_matches_estimate_at_every_point():
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [32, 64], "scale_out_gbit_per_s": [800, 3200]},
+                   mode="fixed", parallel=PAR)
+    assert list(df.columns[:2]) == ["gpus", "scale_out_gbit_per_s"]
+    assert set(CONFIG_COLUMNS) | set(METRIC_COLUMNS) <= set(df.columns)
+    assert len(df) == 4 and (df["status"] == "ok").all()
+    for rec in df.to_dict("records"):
+        cluster = pm.ClusterSpec.build(CLUSTER.gpu, rec["gpus"], 8, rec["scale_out_gbit_per_s"],
+                                       CLUSTER.scale_out_latency_us)
+        par = PAR.model_copy(update={"dp": rec["gpus"] // 4})
+        est = pm.estimate(MODEL, cluster, par, JOB)
+        assert rec["dp"] == rec["gpus"] // 4
+        assert rec["tokens_per_s_per_gpu"] == pytest.approx(est.tokens_per_s_per_gpu, rel=1e-12)
+        assert rec["iteration_time_s"] == pytest.approx(est.iteration_time_s, rel=1e-12)
+        assert rec["memory_gib"] == pytest.approx(est.memory_gib, rel=1e-12)
+        assert rec["mfu"] == pytest.approx(est.mfu, rel=1e-12)
+
+
+def test_more_bandwidth_never_slows_a_fixed_config():
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"scale_out_gbit_per_s": [400, 800, 1600, 3200]}, mode="fixed", parallel=PAR)
+    tps = df["tokens_per_s_per_gpu"].to_numpy()
+    assert (tps[1:] >= tps[:-1]).all() and tps[-1] > tps[0]
+
+
+@pytest.mark.parametrize("mode", ["fixed", "best"])
+def test_invalid_points_are_rows_with_a_reason(mode):
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [60, 64]}, mode=mode, parallel=PAR)
+    bad, good = df.iloc[0], df.iloc[1]
+    assert bad["status"] == "invalid" and "gpus_per_node" in bad["reason"] and not bad["fits"]
+    assert pd.isna(bad["tokens_per_s_per_gpu"])
+    assert good["status"] == "ok" and good["tokens_per_s_per_gpu"] > 0
+    wide = pm.ParallelSpec(tp=8, pp=4)
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [16, 64]}, mode="fixed", parallel=wide)
+    assert df["status"].iloc[0] == "invalid" and "tp*pp*cp" in df["reason"].iloc[0]
+    assert df["status"].iloc[1] == "ok"
+
+
+def test_best_mode_matches_the_search():
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "h200-sxm-141gb"]})
+    assert list(df["gpu"]) == ["h100-sxm5-80gb", "h200-sxm-141gb"]
+    for rec in df.to_dict("records"):
+        cluster = pm.ClusterSpec.build(pm.load_gpu(rec["gpu"]), 64, 8, CLUSTER.scale_out_gbit_per_s_per_node,
+                                       CLUSTER.scale_out_latency_us)
+        best = pm.search(MODEL, cluster, JOB, top=1).iloc[0]
+        assert rec["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-12)
+        assert (rec["tp"], rec["pp"], rec["dp"]) == (best["tp"], best["pp"], best["dp"])
+    assert df.attrs["sweep"] == ["gpu"] and df.attrs["mode"] == "best"
+
+
+def test_zeropp_on_uses_zero3_with_all_parts():
+    par = pm.ParallelSpec(tp=2, pp=1, micro_batch=1, zero_stage=3)
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"zeropp_on": ["off", "on"]}, mode="fixed", parallel=par)
+    off, on = df.iloc[0], df.iloc[1]
+    assert (off["zero_stage"], off["zeropp"]) == (3, "") and (on["zero_stage"], on["zeropp"]) == (3, "hpz,qgz,qwz")
+    on_par = par.model_copy(update={"dp": 32, "zeropp": frozenset({"qwz", "hpz", "qgz"})})
+    est = pm.estimate(MODEL, CLUSTER, on_par, JOB)
+    assert on["tokens_per_s_per_gpu"] == pytest.approx(est.tokens_per_s_per_gpu, rel=1e-12)
+    best = pm.whatif(MODEL, CLUSTER, JOB, {"zeropp_on": [True]})
+    assert best["zero_stage"].iloc[0] == 3 and best["zeropp"].iloc[0] == "hpz,qgz,qwz"
+
+
+def test_calibration_and_job_variables(tmp_path):
+    cal = tmp_path / "slow.yaml"
+    cal.write_text("frameworks:\n  megatron-lm:\n    kernel_efficiency: 0.5\n")
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"calibration": ["default", str(cal)]}, mode="fixed", parallel=PAR)
+    assert list(df["calibration"]) == ["default", str(cal)]
+    assert df["tokens_per_s_per_gpu"].iloc[1] < df["tokens_per_s_per_gpu"].iloc[0]
+    seq = pm.whatif(MODEL, CLUSTER, JOB, {"seq_len": [2048, 8192], "global_batch": [64, 128]},
+                    mode="fixed", parallel=PAR)
+    assert len(seq) == 4 and seq["memory_gib"].iloc[-1] > seq["memory_gib"].iloc[0]
+
+
+@pytest.mark.parametrize("sweep, kwargs, field", [
+    ({"gpus": [8], "gpu": ["b200"], "seq_len": [1024]}, {}, "sweep"),
+    ({"nics": [1]}, {}, "sweep"),
+    ({"gpus": [8]}, {"mode": "fixed"}, "parallel"),
+    ({"gpus": [8]}, {"mode": "fastest"}, "mode"),
+    ({"zeropp_on": ["maybe"]}, {}, "zeropp_on"),
+    ({"gpus": [0, 8]}, {}, "sweep.gpus"),
+])
+def test_bad_sweeps_raise_input_error(sweep, kwargs, field):
+    with pytest.raises(InputError) as exc:
+        pm.whatif(MODEL, CLUSTER, JOB, sweep, **kwargs)
+    assert exc.value.field.startswith(field)
+
+
+def test_whatif_figure_has_one_series_per_second_variable():
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [16, 32, 64], "scale_out_gbit_per_s": [800, 3200]},
+                   mode="fixed", parallel=PAR)
+    fig = whatif_figure(df)
+    tput, mfu = fig.axes[:2]
+    assert len(tput.get_lines()) == 2 and len(mfu.get_lines()) == 2
+    assert tput.get_xlabel() == "GPUs" and "tokens/s" in tput.get_ylabel() and "MFU" in mfu.get_ylabel()
+
+
+def test_whatif_command_writes_csv_and_png(tmp_path):
+    args = ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "4096", "--vary", "scale_out_gbit_per_s=800,3200", "--vary", "gpus=32,64",
+            "--mode", "fixed", "--tp", "2", "--pp", "2", "--out", str(tmp_path)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "whatif.csv")
+    assert len(df) == 4 and {"scale_out_gbit_per_s", "gpus", "tokens_per_s_per_gpu", "mfu", "memory_gib",
+                             "iteration_time_s"} <= set(df.columns)
+    assert (tmp_path / "whatif.png").read_bytes().startswith(PNG_SIGNATURE)
+    res = CliRunner().invoke(app, [*args[:-2], "--json"])
+    assert res.exit_code == 0
+    points = json.loads(res.output)["points"]
+    assert [p["gpus"] for p in points] == [32, 64, 32, 64]
+
+
+@pytest.mark.parametrize("vary", ["bandwidth=1,2", "gpus=a,b", "gpus"])
+def test_whatif_command_bad_vary_exits_2(vary):
+    res = CliRunner().invoke(app, ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8",
+                                   "--global-batch", "16", "--vary", vary])
+    assert res.exit_code == 2 and "error: vary" in res.output
