@@ -84,10 +84,19 @@ def estimate(
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
     zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3.")] = 1,
     zeropp: Annotated[str, typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = "",
-    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    recompute: Annotated[str, typer.Option(help="none, selective, full or balanced.")] = "none",
+    cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses.")] = "ring",
+    offload_fraction: Annotated[
+        float, typer.Option("--offload-fraction", help="Share of warm-up activations offloaded to host (0..1).")
+    ] = 0.0,
     precision: PrecisionOpt = "bf16",
     framework: FrameworkOpt = "megatron-lm",
     calibration: CalibrationOpt = None,
+    deepspeed_config: Annotated[
+        Optional[Path],
+        typer.Option("--deepspeed-config", help="DeepSpeed config JSON: sets zero stage, ZeRO++ (qwZ/hpZ/qgZ), "
+                     "micro-batch, accumulation and bf16/fp16 (overrides those options)."),
+    ] = None,
     json_out: JsonOpt = False,
 ):
     """Predict one configuration: step time, throughput, MFU and memory, with breakdowns."""
@@ -96,7 +105,23 @@ def estimate(
     from perfmodel.estimate import check_model_split, derive_dp, estimate as run_estimate
     from perfmodel.specs import ParallelSpec
 
+    hpz_size = None
     try:
+        if deepspeed_config is not None:
+            from perfmodel.deepspeed_config import check_hpz_partition, load_deepspeed_config
+
+            ds = load_deepspeed_config(deepspeed_config)
+            zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
+            micro_batch = ds.micro_batch or micro_batch
+            precision = ds.precision or precision
+            dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
+            implied = ds.global_batch(dp_ds)
+            if implied is not None and implied != global_batch:
+                raise InputError(
+                    "deepspeed_config.gradient_accumulation_steps",
+                    f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
+                )
+            check_hpz_partition(hpz_size, gpus, dp_ds)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework)
@@ -108,12 +133,13 @@ def estimate(
         try:
             par = ParallelSpec(
                 tp=tp, pp=pp, dp=dp_value, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,
-                zero_stage=zero_stage, zeropp=zeropp, recompute=recompute,
+                zero_stage=zero_stage, zeropp=zeropp, recompute=recompute, cp_kind=cp_kind,
+                offload_fraction=offload_fraction,
             )
         except ValidationError as exc:
             raise from_validation_error(exc) from None
         cal = load_calibration(calibration)
-        est = run_estimate(spec, cluster, par, job, cal)
+        est = run_estimate(spec, cluster, par, job, cal, hpz_partition_size=hpz_size)
     except (InputError, ValidationError) as exc:
         fail(exc)
     if json_out:

@@ -48,6 +48,13 @@ class CostConstants(BaseModel):
         0.88, gt=0, le=1.2,
         description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak): H100 70.9% / 80.3% (kernels.csv).",
     )
+    host_link_efficiency: float = Field(
+        0.8, gt=0, le=1, description="Achieved / nominal GPU-host bandwidth for pinned async copies (PCIe ~80%)."
+    )
+    host_memory_gib_per_gpu: float = Field(
+        128.0, gt=0,
+        description="Host memory a GPU may fill with offloaded activations (Kuaishou's nodes: >= 1 TB for 8 GPUs).",
+    )
 
 
 DEFAULT_CONSTANTS = CostConstants()

@@ -59,6 +59,15 @@ def check_config(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job:
         )
     if job.seq_len % par.cp:
         raise InputError("cp", f"must divide seq_len (cp={par.cp}, seq_len={job.seq_len})")
+    if par.cp_kind == "ulysses" and par.cp > 1 and (model.n_heads // par.tp) % par.cp:
+        raise InputError(
+            "cp", f"ulysses needs cp to divide the heads per TP rank (cp={par.cp}, n_heads/tp={model.n_heads // par.tp})"
+        )
+    if par.offload_fraction > 0 and par.pp < 3:
+        raise InputError(
+            "offload_fraction",
+            f"activation offloading needs pp >= 3 (Megatron-Kwai) (offload_fraction={par.offload_fraction}, pp={par.pp})",
+        )
     if "hpz" in par.zeropp and cluster.n_gpus % min(cluster.gpus_per_node, cluster.n_gpus):
         raise InputError("zeropp", "hpz needs gpus_per_node to divide the GPU count")
 
@@ -90,9 +99,9 @@ def model_arrays(model: ModelSpec) -> dict[str, float]:
 def cluster_arrays(
     cluster: ClusterSpec, precision: str, constants: CostConstants, congestion_nodes: float = float("inf")
 ) -> dict[str, float]:
-    """Hardware inputs in SI. The per-GPU NIC share is derated by fabric congestion:
-    bw / (1 + nodes / congestion_nodes), nodes being the job's node count (a job-wide collective
-    load on a tapered Clos; fitted to the HF Ultra-Scale Playbook bandwidth-vs-nodes curve)."""
+    """Hardware inputs in SI. Fabric congestion (``congestion_nodes``) derates each collective by the
+    nodes it spans (``collective_time_s``); ``fabric_slowdown`` = 1 + job nodes / congestion_nodes
+    inflates fixed per-message costs under the whole job's load."""
     gpu = cluster.gpu
     n_nodes = max(cluster.n_gpus / cluster.gpus_per_node, 1.0)
     congestion = 1.0 / (1.0 + n_nodes / congestion_nodes) if n_nodes > 1 else 1.0
@@ -106,12 +115,14 @@ def cluster_arrays(
         "nvlink_bytes_per_s": gpu.intra_node_bandwidth_bytes_per_s * constants.nvlink_efficiency,
         "nic_bytes_per_s_per_gpu": gbit_per_s_to_bytes_per_s(cluster.scale_out_gbit_per_s_per_node)
         / cluster.gpus_per_node
-        * constants.nic_efficiency
-        * congestion,
+        * constants.nic_efficiency,
+        "congestion_nodes": congestion_nodes,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
         "fabric_slowdown": 1.0 / congestion,
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
+        "host_link_bytes_per_s": gpu.host_link_gb_per_s * 1e9 * constants.host_link_efficiency,
+        "host_memory_bytes_per_gpu": constants.host_memory_gib_per_gpu * GIB_BYTES,
         "inter_latency_s": cluster.scale_out_latency_us * US_S,
     }
 
@@ -130,6 +141,9 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "step_overhead_s": profile.step_overhead_s,
         "grad_bytes_per_param": profile.grad_bytes_per_param,
         "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,
+        "zero3_overlap": profile.zero3_overlap,
+        "zero3_step_latency_s": profile.zero3_step_latency_s,
+        "zero3_max_live_params": profile.zero3_max_live_params,
     }
 
 
@@ -148,6 +162,7 @@ def parallel_arrays(par: ParallelSpec) -> dict[str, float]:
         "micro_batch": par.micro_batch, "sp": float(par.sp and par.tp > 1),
         "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
         "qwz": float("qwz" in par.zeropp), "hpz": float("hpz" in par.zeropp), "qgz": float("qgz" in par.zeropp),
+        "cp_ulysses": float(par.cp_kind == "ulysses" and par.cp > 1), "offload_fraction": par.offload_fraction,
     }
 
 
@@ -183,13 +198,16 @@ def build_inputs(
     par: ParallelSpec,
     job: JobSpec,
     calibration: Calibration | None = None,
+    hpz_partition_size: int | None = None,
 ) -> dict[str, float]:
+    """STEP_INPUTS of one configuration. ``hpz_partition_size``: DeepSpeed's zero_hpz_partition_size
+    alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / (tp cp) DP ranks."""
     cal = calibration if calibration is not None else load_calibration(None)
     constants = cal.cost_constants()
     cluster = cluster.model_copy(update={"gpu": cal.gpu(cluster.gpu)})
     profile = cal.framework(job.framework)
     flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention
-    return {
+    inputs = {
         **model_arrays(model),
         "seq_len": job.seq_len,
         "global_batch": job.global_batch,
@@ -198,6 +216,9 @@ def build_inputs(
         **framework_arrays(profile, flash),
         **constant_arrays(constants),
     }
+    if "hpz" in par.zeropp and hpz_partition_size is not None and hpz_partition_size > 1:
+        inputs["hpz"] = max(hpz_partition_size / (par.tp * par.cp), 1.0)
+    return inputs
 
 
 def estimate(
@@ -206,10 +227,12 @@ def estimate(
     parallel: ParallelSpec,
     job: JobSpec,
     calibration: Calibration | None = None,
+    hpz_partition_size: int | None = None,
 ) -> Estimate:
-    """Predict one training step. Raises InputError if the configuration breaks a rule."""
+    """Predict one training step. Raises InputError if the configuration breaks a rule.
+    ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node)."""
     check_config(model, cluster, parallel, job)
-    inputs = build_inputs(model, cluster, parallel, job, calibration)
+    inputs = build_inputs(model, cluster, parallel, job, calibration, hpz_partition_size)
     out = step_costs({k: np.atleast_1d(v) for k, v in inputs.items()})
     first = {k: np.asarray(v).reshape(-1)[0] for k, v in out.items()}
     return Estimate(

@@ -31,6 +31,18 @@ class FrameworkProfile(BaseModel):
         "stream sync) on an idle fabric; it grows with the fabric's congestion like its bandwidth shrinks."
     )
     step_overhead_s: float = Field(0.05, ge=0, description="Fixed time per iteration (data, logging, sync).")
+    zero3_overlap: float = Field(
+        0.8, ge=0, le=1, description="ZeRO-3: fraction of a phase's (forward or backward) compute that hides "
+        "its parameter gathers and gradient reduction (prefetch + overlap_comm)."
+    )
+    zero3_max_live_params: float = Field(
+        float("inf"), gt=0, description="ZeRO-3: most gathered parameters resident at once (DeepSpeed "
+        "stage3_max_live_parameters, default 1e9); inf = two whole layers (FSDP block prefetch)."
+    )
+    zero3_step_latency_s: float = Field(
+        0.0, ge=0, description="ZeRO-3: latency per ring step of each per-parameter gather/reduce "
+        "(n-1 steps over n ranks): launch, hook and NCCL step cost of fetching one weight."
+    )
     grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")
     runtime_reserved_gib: float = Field(3.0, ge=0, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     source: str = ""
@@ -58,7 +70,10 @@ PROFILES: dict[str, FrameworkProfile] = {
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
-        source="DeepSpeed ZeRO: overlap_comm, fp16 gradients",
+        zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9,
+        source="DeepSpeed ZeRO: overlap_comm, fp16 gradients; zero3_overlap and zero3_step_latency_s fitted "
+        "(least_squares, soft_l1) on the 16 ZeRO-3/ZeRO++ pairs of shared/data/runs/zeropp_pairs.csv "
+        "(benchmarks/zeropp_whatif.py --fit)",
     ),
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
     "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="GPT-NeoX (Megatron-DeepSpeed based)"),
@@ -66,7 +81,7 @@ PROFILES: dict[str, FrameworkProfile] = {
         dp_overlap=0.5, source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels",
     ),
     "torchtitan": FrameworkProfile(
-        dp_overlap=0.9, param_gather_overlap=0.9, source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter",
+        dp_overlap=0.9, param_gather_overlap=0.9, zero3_overlap=0.9, source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter",
     ),
     "flash-attn": FrameworkProfile(dp_overlap=0.8, source="flash-attention training scripts (Lightning DDP)"),
     "meta-internal": FrameworkProfile(**_MEGATRON_TE),

@@ -41,6 +41,8 @@ DEFAULTS_DOC = {
     "gpus_per_node": "the GPU profile's default_gpus_per_node",
     "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
     "n_kv_heads": "n_heads (multi-head attention)",
+    "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
+    "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
 
 REQUIRED = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
@@ -92,7 +94,12 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mark(~np.isin(mlp, list(MLP_MATRICES)), "unsupported", "mlp: kind not modelled")
     n_experts = _num(df, "n_experts")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
-    mark(_text(df, "zeropp") != "", "unsupported", "zeropp: ZeRO++ not modelled in the runs path yet")
+    # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
+    zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())
+                for z in _text(df, "zeropp")]
+    mark(np.array([bool(z - {"qwz", "hpz", "qgz"}) for z in zpp_sets], dtype=bool), "invalid",
+         "zeropp: must be a comma list of qwz, hpz, qgz")
+    zpp_flags = {k: np.array([float(k in z) for z in zpp_sets]) for k in ("qwz", "hpz", "qgz")}
 
     tp, pp, dp, cp = (_num(df, c, 1.0) for c in ("tp", "pp", "dp", "cp"))
     cp = np.nan_to_num(cp, nan=1.0)
@@ -117,10 +124,13 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
                             np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
     zero = np.where(np.isnan(zero), zero_default, zero)
+    mark(np.array([bool(z) for z in zpp_sets]) & (zero != 3), "invalid", "zeropp: requires zero_stage 3")
     rc_text = _text(df, "recompute")
     recompute_given = rc_text != ""
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "unsupported", "recompute: mode not modelled")
     recompute = np.array([RECOMPUTE_CODES.get(r, 0) for r in rc_text], dtype=float)
+    # the data set files Kuaishou's "ours" under selective: for megatron-kwai it is balanced recompute
+    recompute = np.where((framework == "megatron-kwai") & (rc_text == "selective"), RECOMPUTE_CODES["balanced"], recompute)
 
     nanotron = framework == "nanotron"
     vocab = _num(df, "vocab_size")
@@ -181,6 +191,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         seq_len=safe(_num(df, "seq_len"), 1024.0), global_batch=safe(gb),
         tp=safe(tp), pp=safe(pp), dp=safe(dp), cp=safe(cp), vpp=safe(vpp), micro_batch=safe(mb),
         sp=sp.astype(float), zero_stage=safe(zero, 0.0), recompute=recompute,
-        qwz=np.zeros(n), hpz=np.zeros(n), qgz=np.zeros(n),
+        qwz=zpp_flags["qwz"], hpz=zpp_flags["hpz"], qgz=zpp_flags["qgz"],
+        # the schema has no CP-variant or offload column: ring CP, no offloading (documented default)
+        cp_ulysses=np.zeros(n), offload_fraction=np.zeros(n),
     )
     return inputs, status, reason, recompute_given

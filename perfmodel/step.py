@@ -25,13 +25,16 @@ from perfmodel.costs.flops import (
     parameter_count,
 )
 from perfmodel.costs.memory import (
+    RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
     in_flight_layers,
+    offloaded_layers,
     model_state_bytes,
 )
 from perfmodel.units import GIB_BYTES
+from perfmodel.zeropp import hpz_secondary_bytes, layer_weight_numels, zero3_microbatch
 
 #: inputs of ``step_costs``; all numeric arrays (booleans as 0/1)
 STEP_INPUTS = (
@@ -42,14 +45,15 @@ STEP_INPUTS = (
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "fabric_slowdown",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "fabric_slowdown", "congestion_nodes",
     "intra_latency_s", "inter_latency_s",
     # parallel
     "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "qwz", "hpz", "qgz",
+    "cp_ulysses", "offload_fraction", "host_link_bytes_per_s", "host_memory_bytes_per_gpu",
     # framework
     "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
-    "runtime_reserved_bytes",
+    "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     # constants
     "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
@@ -57,7 +61,7 @@ STEP_INPUTS = (
 )
 
 TIME_PARTS = (
-    "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s",
+    "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "offload_s", "pp_comm_s", "bubble_s",
     "dp_comm_s", "optimizer_s", "overhead_s",
 )
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
@@ -88,6 +92,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return collective_time_s(
             op, size, n, stride, f64["nvlink_domain_gpus"], f64["nvlink_bytes_per_s"],
             f64["nic_bytes_per_s_per_gpu"], f64["intra_latency_s"], f64["inter_latency_s"],
+            congestion_nodes=f64["congestion_nodes"],
         )
 
     s_loc = s / cp                      # tokens of one sequence on one CP rank
@@ -108,7 +113,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # each rank holds s/cp queries against all s keys (load-balanced ring, Megatron CP)
     attn_flops_full = 4.0 * b * s_loc * s * h / tp
     attn_flash_f = 0.5 * attn_flops_full / (
-        peak16 * flash_attention_efficiency(s_loc, f64["attn_efficiency_max"], f64["attn_seq_half"], h / a) * ke
+        peak16 * flash_attention_efficiency(
+            np.where(f64["cp_ulysses"] > 0, s, s_loc), f64["attn_efficiency_max"], f64["attn_seq_half"], h / a
+        ) * ke
     )
     scores_bytes = ACT_BYTES * b * (a / tp) * s_loc * s
     attn_plain_f = attn_flops_full / (peak16 * eff_max * f64["nonflash_attn_efficiency"] * ke) + elementwise_time_s(
@@ -122,7 +129,14 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
     layer_f = gemm_f + attn_f + elem_f + extra / 3.0
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + 2.0 * extra / 3.0
-    layer_rc = np.where(rc == RECOMPUTE_FULL, layer_f, np.where(rc == RECOMPUTE_SELECTIVE, attn_f, 0.0))
+    # balanced (Kuaishou): the two norms and the MLP activation are re-run: element-wise passes
+    balanced_rc = elementwise_time_s(
+        ACT_BYTES * tokens * (4.0 * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]
+    ) / ke
+    layer_rc = np.select(
+        [rc == RECOMPUTE_FULL, rc == RECOMPUTE_SELECTIVE, rc == RECOMPUTE_BALANCED],
+        [layer_f, attn_f, balanced_rc], 0.0,
+    )
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
@@ -140,9 +154,24 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
     cp_step = coll("send_recv", kv_block, cp, tp)
     cp_f = (cp - 1.0) * cp_step
-    cp_mb = layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
+    ring_mb = layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
+    # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
+    # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped
+    a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
+    ulysses_mb = layers * 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
+    cp_mb = np.where(f64["cp_ulysses"] > 0, ulysses_mb, ring_mb)
 
-    per_mb = compute_mb + recompute_mb + tp_mb + cp_mb
+    # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
+    # to host memory after its forward and comes back before its backward, on a copy stream that
+    # overlaps the forward / backward compute of the stage
+    act_mb_bytes = activation_bytes_per_layer(
+        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
+    ) * layers
+    copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
+    offload_mb = np.maximum(copy_s - layers * layer_f, 0.0) + np.maximum(copy_s - layers * layer_b, 0.0)
+    offload_mb = np.where(f64["offload_fraction"] > 0, offload_mb, 0.0)
+
+    per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
     pp_slots = (pp - 1.0) / v
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
@@ -168,26 +197,28 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.maximum(rs - dp_hidden_red, 0.0) + np.maximum(ag - f64["param_gather_overlap"] * first_fwd, 0.0)
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
     exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + exposed_red1
-    # ZeRO-3: forward and backward all-gather + reduce-scatter every micro-batch, prefetched
-    # ZeRO++ (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py / coalesced_collectives.py):
-    # qwZ  all-gathers int8 weights + one fp32 scale per block of <= 8K elements (0.5 M on the wire)
-    #      plus quantize (local shard) and dequantize (gathered buffer) kernels;
-    # hpZ  keeps a secondary bf16 shard inside each node: the backward all-gather stays on NVLink;
-    # qgZ  replaces the gradient reduce-scatter by a hierarchical int4 all-to-all (M/Z per node, Z=4),
-    #      with fused dequant-reduce-requant kernels; it falls back to reduce-scatter on one node.
+    # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
+    # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
+    # one collective per weight matrix, every micro-batch, in perfmodel.zeropp.zero3_microbatch.
+    # hpZ: alpha = zero_hpz_partition_size DP ranks (input hpz > 1), or one node's DP ranks (hpz = 1);
+    # its secondary shard serves every gather until the optimizer step, so only the first
+    # micro-batch's forward gather leaves the node.
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
-    gpn = np.minimum(f64["nvlink_domain_gpus"], dp * dp_stride)
-    qw_bytes = params_gpu * (1.0 + 4.0 / 4096.0)
-    ag_fwd = np.where(qwz > 0, coll("all_gather", qw_bytes, dp, dp_stride), ag)
-    quant_s = elementwise_time_s(3.0 * params_gpu, hbm, f64["hbm_efficiency"])  # read bf16/int8, write int8/bf16
-    hpz_group = np.clip(np.floor(gpn / dp_stride), 1.0, dp)
-    ag_bwd = np.where(hpz > 0, coll("all_gather", np.where(qwz > 0, qw_bytes, 2.0 * params_gpu), hpz_group, dp_stride),
-                      ag_fwd)
-    multi_node = dp * dp_stride > f64["nvlink_domain_gpus"]
-    rs_qg = coll("reduce_scatter", 0.25 * 2.0 * params_gpu, dp, dp_stride) + 2.0 * quant_s
-    rs_z3 = np.where((qgz > 0) & multi_node, rs_qg, rs)
-    z3_mb = ag_fwd + ag_bwd + rs_z3 + qwz * 2.0 * quant_s
-    exposed_red3 = n_micro * np.maximum(z3_mb - f64["dp_overlap"] * (compute_mb + recompute_mb), 0.0)
+    dp_per_node = np.clip(np.floor(np.minimum(f64["nvlink_domain_gpus"], dp * dp_stride) / dp_stride), 1.0, dp)
+    hpz_group = np.where(hpz > 1, np.minimum(hpz, dp), dp_per_node)
+    z3 = zero3_microbatch(
+        coll, lambda n_bytes: elementwise_time_s(n_bytes, hbm, f64["hbm_efficiency"]),
+        tensors=layer_weight_numels(h, ffn, a, kv, mm, tp), layers=layers, embed_numel=embed / tp,
+        dp=dp, dp_stride=dp_stride, dp_per_node=dp_per_node, hpz_group=hpz_group, qwz=qwz, hpz=hpz, qgz=qgz,
+        grad_bytes=grad_bytes, step_latency_s=f64["zero3_step_latency_s"],
+    )
+    # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
+    psi = f64["zero3_overlap"]
+    fwd_compute, bwd_compute = layers * layer_f, layers * layer_b + recompute_mb
+    z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
+    z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
+    z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
+    exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
     ) * (dp > 1)
@@ -201,6 +232,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "recompute_s": n_micro * recompute_mb,
         "tp_comm_s": n_micro * tp_mb,
         "cp_comm_s": n_micro * cp_mb,
+        "offload_s": n_micro * offload_mb,
         "pp_comm_s": pp_comm,
         "bubble_s": pp_slots * per_mb,
         "dp_comm_s": dp_comm,
@@ -211,10 +243,14 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     # ---- memory ------------------------------------------------------------------------------
     weights, grads, optim = model_state_bytes(params_gpu, dp, zero, grad_bytes)
-    # ZeRO-3 keeps up to two gathered layers (current + prefetched); the local shard is part of them
-    weights = weights + np.where(zero >= 3, 2.0 * np.minimum(2.0, layers) * p_layer / tp * (1.0 - 1.0 / dp), 0.0)
-    # hpZ secondary partition: bf16 weights sharded over the node, 2 Psi / alpha bytes per GPU
-    weights = weights + np.where(hpz > 0, 2.0 * params_gpu / hpz_group, 0.0)
+    # ZeRO-3 keeps up to two gathered layers (current + prefetched), capped by the framework's live-
+    # parameter budget (DeepSpeed stage3_max_live_parameters, 1e9 elements by default; FSDP: no cap)
+    live = np.minimum(np.minimum(2.0, layers) * p_layer / tp, f64["zero3_max_live_params"])
+    weights = weights + np.where(zero >= 3, 2.0 * live * (1.0 - 1.0 / dp), 0.0)
+    # hpZ secondary partition: 16-bit weights sharded over alpha GPUs, 2 Psi / alpha bytes per GPU
+    # (ZeRO++ paper, hpZ; DeepSpeed _partition_param_sec), rebuilt after every optimizer step
+    hpz_secondary = np.where(hpz > 0, hpz_secondary_bytes(params_gpu, hpz_group), 0.0)
+    weights = weights + hpz_secondary
     act_layer = activation_bytes_per_layer(
         s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
     )
@@ -224,7 +260,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         activation_bytes_per_layer(s_loc, b, h, ffn, a, kv, mm, tp, sp, 0.0, flash, f64["dropout"], seq_len_kv=s),
         0.0,
     )
-    first_stage = act_layer * in_flight_layers(L, pp, v, n_micro) + act_working
+    offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])
+    first_stage = act_layer * in_flight_layers(L, pp, v, n_micro) + act_working - offloaded
     logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
     last_stage = act_layer * layers + act_working + logits_bytes
     activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
@@ -245,8 +282,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out["memory_gib"] = memory_gib
     out["tokens_per_s_per_gpu"] = tokens_per_step / iteration_time / n_gpus
     out["mfu"] = flops_per_token * out["tokens_per_s_per_gpu"] / peak16
-    out["fits"] = memory_gib * GIB_BYTES <= f64["hbm_capacity_bytes"]
+    out["host_offload_gib"] = offloaded / GIB_BYTES
+    out["fits"] = (memory_gib * GIB_BYTES <= f64["hbm_capacity_bytes"]) & (
+        offloaded <= f64["host_memory_bytes_per_gpu"]
+    )
     out["n_micro"] = n_micro
     out["params_per_gpu"] = params_gpu
+    out["hpz_secondary_gib"] = hpz_secondary / GIB_BYTES  # part of weights_gib
+    out["qgz_fallback_numel"] = z3["qgz_fallback_numel"]
     out["_gemm_flops_check"] = layer_gemm_flops_per_token(h, ffn, a, kv, mm)  # used by tests
     return out

@@ -105,6 +105,7 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
         ring_inter_node=bool(inputs["ring_inter_node"]),
         latency_log2_coeff=inputs["latency_log2_coeff"],
         ring_step_latency_s=inputs["ring_step_latency_us"] * US_S,
+        congestion_nodes=inputs["congestion_nodes"],
     )
 
 

@@ -73,9 +73,6 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
     gpn = pd.to_numeric(df.get("gpus_per_node"), errors="coerce").to_numpy(dtype=float)
     n_nodes = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float) / np.nan_to_num(gpn, nan=8.0)
     n_nodes = np.maximum(n_nodes, 1.0)
-    # NIC share without congestion: undo the factor the base calibration applied
-    base_cong = np.array([base.congestion_nodes(n) for n in network])
-    nic_raw = inputs["nic_bytes_per_s_per_gpu"] * np.where(n_nodes > 1, 1.0 + n_nodes / base_cong, 1.0)
 
     src = source_slug(df["run_id"]).to_numpy()
     weight = np.zeros(len(df))
@@ -83,6 +80,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
         sel = ok & (src == s)
         weight[sel] = 1.0 / np.sqrt(sel.sum())
 
+    # fabrics whose congestion the base calibration fixes (from collective benchmarks) keep it
+    network_fixed = np.array([("congestion_nodes" in base.networks.get(n, {})) for n in network])
     names: list[tuple[str, str, str]] = []  # (kind, key, param)
     lo, hi, x0 = [], [], []
 
@@ -108,7 +107,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
 
     def apply(x):
         arrs = dict(inputs)
-        cong = np.full(len(df), np.inf)
+        cong = np.where(np.isfinite(inputs["congestion_nodes"]) & network_fixed, inputs["congestion_nodes"], np.inf)
         for (kind, key, p), v in zip(names, x):
             if kind == "global" and p == "congestion_nodes":
                 cong = np.where(np.isinf(cong), v, cong)
@@ -119,9 +118,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
         for (kind, key, p), v in zip(names, x):
             if kind == "network":
                 cong = np.where(network == key, v, cong)
-        slowdown = np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
-        arrs["nic_bytes_per_s_per_gpu"] = nic_raw / slowdown
-        arrs["fabric_slowdown"] = slowdown
+        arrs["congestion_nodes"] = cong
+        arrs["fabric_slowdown"] = np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
         return arrs
 
     def residual(x):

@@ -70,6 +70,7 @@ def collective_time_s(
     ring_inter_node=False,
     latency_log2_coeff=0.5,
     ring_step_latency_s=0.0,
+    congestion_nodes=np.inf,
 ):
     """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
 
@@ -80,7 +81,7 @@ def collective_time_s(
     n_domains = np.maximum(n / k, 1.0)
     crosses = n_domains > 1.0
     if op == "send_recv":
-        bw = np.where(crosses, nic_bytes_per_s_per_gpu, nvlink_bytes_per_s)
+        bw = np.where(crosses, nic_bytes_per_s_per_gpu / (1.0 + 2.0 / congestion_nodes), nvlink_bytes_per_s)
         t = size_bytes / bw + np.where(crosses, inter_latency_s, intra_latency_s)
         return np.where(n > 1, t, 0.0)
     if op == "all_to_all":
@@ -91,6 +92,9 @@ def collective_time_s(
         intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
         inter_ranks = np.where(ring_inter_node, n, n_domains)
         inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu)
+    # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its
+    # NICs (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes). Send/recv spans 2.
+    inter = inter * np.where(crosses, 1.0 + n_domains / congestion_nodes, 1.0)
     latency = np.where(
         crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
     )

@@ -15,12 +15,17 @@ Generalised term by term: the 10 s b h that TP alone does not split are the two 
 K (4, K scaled by kv/a for GQA), V (2, likewise), the projection input (2) and the MLP's
 intermediate tensors (2 bytes x 2 tensors x ffn for GELU, x 3 for SwiGLU). Flash attention
 (Dao et al. 2022) keeps no s x s tensors, only the fp32 log-sum-exp (4 a s b bytes).
+
+Balanced recompute (Yuan et al., USENIX ATC'24, "compute-memory balanced checkpointing";
+Megatron-Kwai --kaimm-recompute-norm --kaimm-recompute-mlp-activation-func) re-runs the two
+norms and the MLP activation in backward: the norm outputs (QKV and first-MLP inputs, 4 s b h,
+split by t with SP) and the activation's output (2 s b ffn / t) are not kept.
 """
 from __future__ import annotations
 
 import numpy as np
 
-RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = 0, 1, 2
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_BALANCED = 0, 1, 2, 3
 
 
 def activation_bytes_per_layer(
@@ -57,6 +62,9 @@ def activation_bytes_per_layer(
         (2.0 + 3.0 * dropout) * n_heads * s * s_kv * micro_batch,
     )
     scores = np.where(recompute == RECOMPUTE_SELECTIVE, 0.0, scores)
+    balanced = recompute == RECOMPUTE_BALANCED
+    unsplit = unsplit - np.where(balanced, 4.0 * sbh / sp_div, 0.0)
+    split = split - np.where(balanced, 2.0 * s * micro_batch * ffn_hidden_size, 0.0)
     full = unsplit + (split + scores) / tp
     return np.where(recompute == RECOMPUTE_FULL, 2.0 * sbh / sp_div, full)
 
@@ -82,3 +90,11 @@ def model_state_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param, weig
     grads = grad_bytes_per_param * params_per_gpu / np.where(zero_stage >= 2, dp, 1.0)
     optim = optimizer_bytes_per_param * params_per_gpu / np.where(zero_stage >= 1, dp, 1.0)
     return weights, grads, optim
+
+
+def offloaded_layers(n_layers, pp, vpp, n_micro, offload_fraction):
+    """Layers' worth of activations moved to host memory on the first stage: the share alpha of
+    everything the warm-up micro-batches hold beyond the one being computed (pipeline-parallel
+    aware offloading, Yuan et al. ATC'24 Sec. 3; Megatron-Kwai --kaimm-offload-activation-ratio)."""
+    resident_one = np.minimum(n_layers / pp, n_layers / pp * n_micro)
+    return offload_fraction * np.maximum(in_flight_layers(n_layers, pp, vpp, n_micro) - resident_one, 0.0)

@@ -40,6 +40,8 @@ def _cfg(row: Mapping) -> dict:
         "vpp": int(row["vpp"]), "mb": int(row["micro_batch"]), "sp": bool(row["sp"]),
         "zero": int(row["zero_stage"]), "recompute": str(row["recompute"]),
         "zeropp": set(p for p in str(row.get("zeropp", "") or "").split(",") if p),
+        "cp_kind": str(row.get("cp_kind", "ring") or "ring"),
+        "offload": float(row.get("offload_fraction", 0.0) or 0.0),
     }
 
 
@@ -63,6 +65,8 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         "--pipeline-model-parallel-size", str(c["pp"]),
         "--context-parallel-size", str(c["cp"]),
     ]
+    if c["cp"] > 1 and c["cp_kind"] == "ulysses":  # Megatron-Core all-to-all context parallelism
+        f += ["--cp-comm-type", "a2a"]
     uneven = c["pp"] > 1 and L % c["pp"] != 0
     if uneven:  # embedding and loss count as layers so that L + 2 splits evenly
         f += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
@@ -76,6 +80,10 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         f += ["--recompute-granularity", "selective"]
     elif c["recompute"] == "full":
         f += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif c["recompute"] == "balanced":  # Megatron-Kwai (examples/atc24/pretrain_llama.sh, CKPT=ours)
+        f += ["--kaimm-recompute-norm", "--kaimm-recompute-mlp-activation-func"]
+    if c["offload"] > 0:  # Megatron-Kwai pipeline-aware activation offloading
+        f += ["--kaimm-offload-activation-ratio", f"{c['offload']:g}"]
     if c["zero"] == 1:
         f += ["--use-distributed-optimizer"]
     elif c["zero"] >= 2:

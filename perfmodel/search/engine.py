@@ -19,7 +19,10 @@ import pandas as pd
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError
 from perfmodel.estimate import build_inputs
-from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, Space, enumerate_space
+from perfmodel.search.space import (
+    HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, Space, enumerate_space, expand_zeropp,
+    zeropp_names,
+)
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
 
@@ -111,7 +114,7 @@ def evaluate(
     for start in range(0, n, CHUNK):
         stop = min(start + CHUNK, n)
         x = dict(template)
-        for k in PARALLEL_KEYS:
+        for k in PARALLEL_KEYS + tuple(k for k in ZEROPP_KEYS if k in configs):
             x[k] = configs[k][start:stop].astype(float)
         res = step_costs(x)
         for k in keep:
@@ -175,7 +178,7 @@ def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
 
 def breakdown_frame(ev: Evaluated, rows: np.ndarray) -> pd.DataFrame:
     """Full time and memory breakdown for a few rows of one evaluated GPU count."""
-    sub = {k: ev.configs[k][rows] for k in PARALLEL_KEYS}
+    sub = {k: ev.configs[k][rows] for k in PARALLEL_KEYS + tuple(k for k in ZEROPP_KEYS if k in ev.configs)}
     res = evaluate(ev.template, sub, keep=METRICS + TIME_PARTS + MEMORY_PARTS)
     return pd.DataFrame({k: res[k] for k in TIME_PARTS + MEMORY_PARTS})
 
@@ -192,28 +195,45 @@ def run_search(
     usd_per_gpu_hour: float | None = None,
     top: int | None = None,
     progress: bool = False,
+    zeropp: bool = False,
 ) -> SearchResult:
     """Enumerate, evaluate and rank every configuration of the job on ``cluster`` (or on each
     of ``gpu_counts`` GPUs of the same kind). ``top`` limits the rows of the DataFrame (with
-    breakdowns); None keeps every feasible candidate (without breakdowns beyond the top 50)."""
+    breakdowns); None keeps every feasible candidate (without breakdowns beyond the top 50).
+    ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
     cal = calibration if calibration is not None else load_calibration(None)
     t0 = time.perf_counter()
     counts = sorted(set(int(g) for g in gpu_counts)) if gpu_counts else [cluster.n_gpus]
     clusters = [cluster] if not gpu_counts else [_cluster_with(cluster, g) for g in counts]
     spaces: list[tuple[ClusterSpec, Space]] = [(c, enumerate_space(model, c, job)) for c in clusters]
+    if zeropp:
+        spaces = [(c, expand_zeropp(sp, c)) for c, sp in spaces]
     total = sum(sp.size for _, sp in spaces)
     bar = _Progress(total, progress)
     evaluated: list[Evaluated] = []
     rejected: dict[str, int] = {}
     for c, space in spaces:
         template = template_inputs(model, c, job, cal)
-        metrics = evaluate(template, space.configs, progress=bar) if space.size else {
-            k: np.empty(0, dtype=bool if k == "fits" else float) for k in METRICS}
+        keep = METRICS + (("hpz_secondary_gib",) if zeropp else ())
+        metrics = evaluate(template, space.configs, keep=keep, progress=bar) if space.size else {
+            k: np.empty(0, dtype=bool if k == "fits" else float) for k in keep}
         evaluated.append(Evaluated(c.n_gpus, space.configs, metrics, template, space.rejected))
         for k, v in space.rejected.items():
             rejected[k] = rejected.get(k, 0) + v
-        n_unfit = int((~metrics["fits"]).sum())
+        if zeropp and space.size:
+            # infeasibility with its reason: fits without the hpZ secondary copy, not with it
+            cap_gib = c.gpu.hbm_capacity_bytes / 2**30
+            hpz_only = ~metrics["fits"] & (metrics["memory_gib"] - metrics["hpz_secondary_gib"] <= cap_gib) & (
+                space.configs["hpz"] > 0)
+            if hpz_only.any():
+                rejected[HPZ_MEMORY_REASON] = rejected.get(HPZ_MEMORY_REASON, 0) + int(hpz_only.sum())
+                ev_unfit_hpz = int(hpz_only.sum())
+            else:
+                ev_unfit_hpz = 0
+        else:
+            ev_unfit_hpz = 0
+        n_unfit = int((~metrics["fits"]).sum()) - ev_unfit_hpz
         if n_unfit:
             rejected["does not fit in GPU memory"] = rejected.get("does not fit in GPU memory", 0) + n_unfit
     bar.close()
@@ -245,9 +265,12 @@ def run_search(
         "n_gpus": gcount[keep].astype(int),
         "tp": cfg("tp"), "pp": cfg("pp"), "dp": cfg("dp"), "cp": cfg("cp"), "vpp": cfg("vpp"),
         "micro_batch": cfg("micro_batch"), "sp": cfg("sp").astype(bool), "zero_stage": cfg("zero_stage"),
-        "zeropp": "",
+        "zeropp": (np.concatenate([zeropp_names(evaluated[i].configs)[r] for i, r in parts])[keep]
+                   if (zeropp and parts) else ""),
         "recompute": [RECOMPUTE_NAMES[int(r)] for r in cfg("recompute")],
         **{k: m[k][keep] for k in ("iteration_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")},
+        "cp_kind": np.where(cfg("cp_ulysses") > 0, "ulysses", "ring") if parts else np.empty(0, dtype=object),
+        "offload_fraction": cfg("offload_fraction").astype(float),
         **{k: scores[k][keep] for k in ("tokens_per_s", "time_to_train_s", "cost_usd")},
     })
     df = _attach_breakdowns(df, evaluated, which[keep], rows[keep], n=min(len(df), 50))

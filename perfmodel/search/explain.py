@@ -64,13 +64,34 @@ def _diff_keys(a, b) -> str:
     return ", ".join(diffs) or "same layout"
 
 
+def _why_context_parallel(ev: Evaluated, win) -> str | None:
+    """When the winner splits the sequence (cp > 1): what the best cp = 1 configuration does."""
+    if int(win["cp"]) <= 1:
+        return None
+    c, m = ev.configs, ev.metrics
+    no_cp = c["cp"] == 1
+    if not no_cp.any():
+        return None
+    fit = no_cp & m["fits"]
+    least = float(np.min(np.where(no_cp, m["memory_gib"], np.inf)))
+    if not fit.any():
+        return (f"why cp={int(win['cp'])}: without context parallelism nothing fits: the smallest cp=1 "
+                f"configuration needs {least:.1f} GiB per GPU (activations grow with the sequence; CP splits them)")
+    best = float(np.max(np.where(fit, m["tokens_per_s_per_gpu"], -np.inf)))
+    return (f"why cp={int(win['cp'])}: the best cp=1 configuration that fits reaches {best:,.0f} tokens/s/GPU "
+            f"({win['tokens_per_s_per_gpu'] / best - 1.0:+.1%} for the winner)")
+
+
 def explain(result: SearchResult, gpus_per_node: int) -> list[str]:
-    """A few lines: winner vs runner-up, winner vs the common default."""
+    """A few lines: winner vs runner-up, winner vs the common default, why CP when it is used."""
     df = result.candidates
     if df.empty:
         return []
     win = df.iloc[0]
     lines = []
+    cp_line = _why_context_parallel(result.evaluated[int(result.source_gpu_index[0])], win)
+    if cp_line:
+        lines.append(cp_line)
     if len(df) > 1:
         run = df.iloc[1]
         gain = win["tokens_per_s_per_gpu"] / run["tokens_per_s_per_gpu"] - 1.0

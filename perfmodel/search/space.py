@@ -9,8 +9,8 @@ Enumeration is two broadcasts, never a Python loop per candidate:
 
 Every rejected configuration gets a reason code (``REASONS``); a layout rejected in step 1
 stands for all of its step-2 expansions, so the counts in ``Space.rejected`` are counts of
-configurations. ZeRO++ (qwz/hpz/qgz) is not enumerated: the cost model has no input for it yet,
-so the ``zeropp`` field of every candidate is the empty string.
+configurations. ZeRO++ (qwz/hpz/qgz) is an opt-in dimension (``expand_zeropp``, ``run_search(zeropp=True)``):
+by default the ``zeropp`` field of every candidate is the empty string.
 """
 from __future__ import annotations
 
@@ -18,13 +18,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.costs.memory import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
 
 #: the parallel keys of ``STEP_INPUTS`` that the search varies (all else comes from the template)
-PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute")
+PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute",
+                 "cp_ulysses", "offload_fraction")
 
-RECOMPUTE_NAMES = {0: "none", RECOMPUTE_SELECTIVE: "selective", RECOMPUTE_FULL: "full"}
+RECOMPUTE_NAMES = {0: "none", RECOMPUTE_SELECTIVE: "selective", RECOMPUTE_FULL: "full",
+                   RECOMPUTE_BALANCED: "balanced"}
+N_RECOMPUTE = len(RECOMPUTE_NAMES)
+
+#: activation-offload shares tried (Yuan et al. ATC'24 search alpha continuously; a 5-point grid
+#: is within a few percent of it), only where offloading exists: pp >= 3 (Megatron-Kwai)
+OFFLOAD_FRACTIONS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 
 #: largest micro-batch the search tries (sequences); larger ones only add activation memory
 MAX_MICRO_BATCH = 16
@@ -37,6 +44,14 @@ ZERO23_NO_PP = {
     "megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
     "gpt-neox", "deepspeed",
 }
+
+#: stacks that implement Kuaishou's balanced recompute and activation offloading (Megatron-Kwai
+#: --kaimm-recompute-norm/--kaimm-recompute-mlp-activation-func, --kaimm-offload-activation-ratio)
+KWAI_FEATURES = {"megatron-kwai"}
+#: stacks with all-to-all (Ulysses) context parallelism: Megatron-Core --cp-comm-type a2a,
+#: DeepSpeed-Ulysses sequence parallelism
+ULYSSES_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "deepspeed",
+                      "megatron-deepspeed"}
 
 # ---- reason codes (0 = structurally valid) ---------------------------------------------------
 OK = 0
@@ -55,6 +70,9 @@ REASONS: dict[int, str] = {
     12: "sp needs tp > 1",
     13: "ZeRO-2/3 does not compose with pipeline parallelism in this framework",
     14: "ZeRO sharding needs dp > 1 (identical to zero_stage 0)",
+    15: "ulysses needs cp > 1, cp dividing the heads per TP rank, and a framework that has it",
+    16: "activation offloading needs pp >= 3, no full recompute, and Megatron-Kwai",
+    17: "balanced recompute needs Megatron-Kwai",
 }
 
 
@@ -141,7 +159,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     vpp_vals = np.unique(np.concatenate([divisors(L), divisors(L + 2)])).astype(np.int32)
     mb_vals = divisors(B).astype(np.int32)
     mb_vals = mb_vals[mb_vals <= MAX_MICRO_BATCH]
-    n_late = 2 * 4 * 3  # sp x zero_stage x recompute
+    n_late = 2 * 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size  # sp x zero x recompute x cp kind x offload
 
     rejected: dict[str, int] = {}
     layouts, reason1 = layout_grid(model, cluster, job)
@@ -168,7 +186,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 3: sequence parallelism, ZeRO stage, recompute (each filtered before the next) ---
     x = _expand(x, {"sp": np.array([0, 1], dtype=np.int32)})
     reason3 = _first_failure([(12, (x["sp"] == 1) & (x["tp"] == 1))], x["tp"].shape)
-    _count(rejected, reason3, 4 * 3)
+    _count(rejected, reason3, 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
@@ -179,10 +197,26 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
         (14, (zero > 0) & (dp == 1)),
     ]
     reason4 = _first_failure(rules, zero.shape)
-    _count(rejected, reason4, 3)
+    _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 
-    configs = _expand(x, {"recompute": np.arange(3, dtype=np.int32)})
+    # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
+    x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
+    heads_per_tp = model.n_heads // x["tp"]
+    kwai = framework in KWAI_FEATURES
+    reason5 = _first_failure([
+        (15, (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | (heads_per_tp % x["cp"] != 0) | (framework not in ULYSSES_FRAMEWORKS))),
+        (17, (x["recompute"] == RECOMPUTE_BALANCED) & (not kwai)),
+    ], x["tp"].shape)
+    _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
+    x = _keep(x, reason5 == OK)
+    configs = _expand(x, {"offload_fraction": OFFLOAD_FRACTIONS})
+    reason6 = _first_failure(
+        [(16, (configs["offload_fraction"] > 0) & ((configs["pp"] < 3) | (configs["recompute"] == RECOMPUTE_FULL) | (not kwai)))],
+        configs["tp"].shape,
+    )
+    _count(rejected, reason6, 1)
+    configs = _keep(configs, reason6 == OK)
     return Space(n_gpus=cluster.n_gpus, configs={k: configs[k] for k in PARALLEL_KEYS}, rejected=rejected)
 
 
@@ -218,4 +252,55 @@ def structural_violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
         bad.append(REASONS[13])
     if zero > 0 and dp == 1:
         bad.append(REASONS[14])
+    fw = (job.framework or "").lower()
+    if int(cfg.get("cp_ulysses", 0)) and (cp == 1 or (a // tp) % cp or fw not in ULYSSES_FRAMEWORKS):
+        bad.append(REASONS[15])
+    rc = cfg.get("recompute", 0)
+    rc = {v: k for k, v in RECOMPUTE_NAMES.items()}.get(rc, rc) if isinstance(rc, str) else int(rc)
+    if "cp_kind" in cfg:
+        cfg = {**cfg, "cp_ulysses": int(cfg["cp_kind"] == "ulysses")}
+    if float(cfg.get("offload_fraction", 0.0)) > 0 and (pp < 3 or rc == RECOMPUTE_FULL or fw not in KWAI_FEATURES):
+        bad.append(REASONS[16])
+    if rc == RECOMPUTE_BALANCED and fw not in KWAI_FEATURES:
+        bad.append(REASONS[17])
     return bad
+
+
+# ---- ZeRO++ (opt-in dimension) ---------------------------------------------------------------
+#: ZeRO++ parts as step inputs (Wang et al. 2023, arXiv 2306.10209): qwZ, hpZ (secondary group =
+#: one node's DP ranks), qgZ; only with ZeRO-3
+ZEROPP_KEYS = ("qwz", "hpz", "qgz")
+ZEROPP_REASONS: dict[int, str] = {
+    40: "ZeRO++ hpZ needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
+}
+#: memory rejection reported apart from the generic one: fits without, not with, the hpZ copy
+HPZ_MEMORY_REASON = "does not fit in GPU memory with the hpZ secondary partition (+2 Psi / alpha per GPU)"
+
+
+def zeropp_names(configs: dict[str, np.ndarray]) -> np.ndarray:
+    """The ``zeropp`` column: comma list of the parts on in each configuration ('' for none)."""
+    n = configs["tp"].size
+    cols = [configs.get(k, np.zeros(n)) for k in ZEROPP_KEYS]
+    return np.array([",".join(k for k, c in zip(ZEROPP_KEYS, v) if c > 0) for v in zip(*cols)], dtype=object) \
+        if n else np.empty(0, dtype=object)
+
+
+def expand_zeropp(space: Space, cluster: ClusterSpec) -> Space:
+    """Every ZeRO-3 configuration of ``space`` times the 8 on/off combinations of qwZ, hpZ, qgZ;
+    other stages keep them off. A rejected combination is counted under its reason."""
+    c = space.configs
+    z3 = c["zero_stage"] == 3
+    base = {k: v[~z3] for k, v in c.items()}
+    for k in ZEROPP_KEYS:
+        base[k] = np.zeros(base["tp"].size, dtype=np.int32)
+    grid = _expand({k: v[z3] for k, v in c.items()},
+                   {"qwz": np.array([0, 1], np.int32), "hpz": np.array([0, 1], np.int32),
+                    "qgz": np.array([0, 1], np.int32)})
+    gpn = min(cluster.gpus_per_node, cluster.n_gpus)
+    bad = (grid["hpz"] == 1) & (cluster.n_gpus % gpn != 0)
+    rejected = dict(space.rejected)
+    if bad.any():
+        rejected[ZEROPP_REASONS[40]] = rejected.get(ZEROPP_REASONS[40], 0) + int(bad.sum())
+    grid = _keep(grid, ~bad)
+    configs = {k: np.concatenate([base[k], grid[k]]) for k in base}
+    return Space(n_gpus=space.n_gpus, configs=configs, rejected=rejected)

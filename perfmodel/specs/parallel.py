@@ -5,11 +5,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "full", "balanced"]
+CpKind = Literal["ring", "ulysses"]
 ZeroPP = Literal["qwz", "hpz", "qgz"]
 
 #: integer codes used by the vectorized cost functions
-RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2, "balanced": 3}
 
 
 class ParallelSpec(BaseModel):
@@ -30,7 +31,20 @@ class ParallelSpec(BaseModel):
     sp: bool = Field(default=True, description="Megatron sequence parallelism (Korthikanti et al. 2022).")
     zero_stage: int = Field(default=1, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params.")
     zeropp: frozenset[ZeroPP] = Field(default=frozenset(), description="ZeRO++ parts (need zero_stage 3).")
-    recompute: Recompute = Field(default="none", description="Activation recomputation mode.")
+    recompute: Recompute = Field(
+        default="none",
+        description="Activation recomputation: none; selective (Megatron: attention core); full (whole "
+        "layer); balanced (norms and MLP activation, Yuan et al. ATC'24).",
+    )
+    cp_kind: CpKind = Field(
+        default="ring",
+        description="Context parallelism: ring (Megatron CP, K/V blocks around the ring, overlapped) or "
+        "ulysses (DeepSpeed-Ulysses all-to-all of heads; needs heads divisible by tp*cp).",
+    )
+    offload_fraction: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="Share alpha of warm-up micro-batches' activations offloaded to host memory (ATC'24).",
+    )
     order: Literal["tp-cp-dp-pp"] = Field(default="tp-cp-dp-pp", description="Rank placement, innermost first.")
 
     @field_validator("zeropp", mode="before")

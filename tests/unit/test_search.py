@@ -38,6 +38,8 @@ def parallel_spec(row) -> pm.ParallelSpec:
         tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(row["cp"]), vpp=int(row["vpp"]),
         micro_batch=int(row["micro_batch"]), sp=bool(row["sp"]), zero_stage=int(row["zero_stage"]),
         zeropp=row["zeropp"], recompute=row["recompute"],
+        cp_kind=row.get("cp_kind", "ulysses" if int(row.get("cp_ulysses", 0)) else "ring"),
+        offload_fraction=float(row.get("offload_fraction", 0.0)),
     )
 
 
@@ -69,7 +71,7 @@ def test_random_evaluated_rows_equal_estimate(searched):
     rng = np.random.default_rng(0)
     for i in rng.choice(ev.configs["tp"].size, size=10, replace=False):
         row = {k: ev.configs[k][i] for k in ev.configs}
-        row["recompute"] = {0: "none", 1: "selective", 2: "full"}[int(row["recompute"])]
+        row["recompute"] = {0: "none", 1: "selective", 2: "full", 3: "balanced"}[int(row["recompute"])]
         row["zeropp"] = ""
         est = pm.estimate(model, cluster, parallel_spec(row), job)
         assert est.iteration_time_s == pytest.approx(ev.metrics["iteration_time_s"][i], rel=1e-12)

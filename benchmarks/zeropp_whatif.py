@@ -1,0 +1,114 @@
+"""ZeRO-3 vs ZeRO++ on the measured pairs and against scale-out bandwidth.
+
+    python benchmarks/zeropp_whatif.py          # pairs table + what-if table and plot
+    python benchmarks/zeropp_whatif.py --fit    # refit the deepspeed profile's ZeRO-3 parameters
+
+The fit (scipy.optimize.least_squares, soft_l1 on log TFLOP/s ratios of both ZeRO-3 and ZeRO++
+rows) varies ``zero3_overlap`` and ``zero3_step_latency_s`` of the deepspeed profile; it reports
+the in-sample result and leave-one-bandwidth-out (fit on 100 Gbit/s, test on 400, and back).
+Model shapes, FLOP convention and the fabric entry: perfmodel/zeropp.py.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.step import step_costs
+from perfmodel.zeropp import pair_inputs, predict_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = ROOT / "calibration" / "data" / "runs" / "zeropp_pairs.csv"
+SHARED_PAIRS = Path("/work/shared/data/runs/zeropp_pairs.csv")
+OUT = Path(__file__).resolve().parent
+
+
+def load_pairs() -> pd.DataFrame:
+    return pd.read_csv(PAIRS if PAIRS.is_file() else SHARED_PAIRS)
+
+
+def fit(df: pd.DataFrame) -> None:
+    from scipy.optimize import least_squares
+
+    x0, flops = pair_inputs(df)
+    n = len(df)
+    meas = np.concatenate([df.zero3_tflops_per_gpu, df.zeropp_tflops_per_gpu]).astype(float)
+    bw = np.tile(df.scale_out_gbit_per_s_per_node.to_numpy(float), 2)
+
+    def pred(p):
+        x = dict(x0, zero3_overlap=np.full(2 * n, p[0]), zero3_step_latency_s=np.full(2 * n, p[1] * 1e-6))
+        return flops / step_costs(x)["iteration_time_s"] / 1e12
+
+    def run(train):
+        r = least_squares(lambda p: np.log(pred(p) / meas)[train], [0.3, 5.0], bounds=([0, 0], [1, 200]),
+                          loss="soft_l1", f_scale=0.1)
+        p = pred(r.x)
+        sp = p[n:] / p[:n]
+        return r.x, np.abs(sp / df.measured_speedup.to_numpy(float) - 1), np.abs(p[:n] / meas[:n] - 1)
+
+    x, sp_err, z3_err = run(np.ones(2 * n, bool))
+    print(f"in-sample: zero3_overlap={x[0]:.3f} zero3_step_latency={x[1]:.3g} us; "
+          f"mean |speedup err| {100 * sp_err.mean():.1f}%, mean |ZeRO-3 TFLOP/s err| {100 * z3_err.mean():.1f}%")
+    for held in (100.0, 400.0):
+        x, sp_err, z3_err = run(bw != held)
+        te = df.scale_out_gbit_per_s_per_node.to_numpy(float) == held
+        print(f"held out {held:.0f} Gbit/s: zero3_overlap={x[0]:.3f} zero3_step_latency={x[1]:.3g} us; "
+              f"held-out mean |speedup err| {100 * sp_err[te].mean():.1f}%, |ZeRO-3 err| {100 * z3_err[te].mean():.1f}%")
+
+
+def whatif(bandwidths=(50, 100, 200, 400, 800), tokens=("1K", "2K")) -> pd.DataFrame:
+    rows = [{"model_name": "", "params_billion": p, "n_gpus": 384, "gpus_per_node": 16,
+             "scale_out_gbit_per_s_per_node": b, "tokens_per_gpu": t, "zero3_tflops_per_gpu": np.nan,
+             "zeropp_tflops_per_gpu": np.nan, "measured_speedup": np.nan}
+            for p in (18, 138) for t in tokens for b in bandwidths]
+    res = predict_pairs(pd.DataFrame(rows))
+    return res[["model", "tokens_per_gpu", "gbit_per_s", "zero3_tflops_pred", "zeropp_tflops_pred", "speedup_pred",
+                "zeropp_fits"]]
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, model in zip(axes, (18, 138)):
+        for tok, ls in (("1K", "--"), ("2K", "-")):
+            t = table[(table.model == model) & (table.tokens_per_gpu == tok)]
+            ax.plot(t.gbit_per_s, t.zero3_tflops_pred, "o" + ls, color="C0", label=f"ZeRO-3, {tok} tok/GPU")
+            ax.plot(t.gbit_per_s, t.zeropp_tflops_pred, "s" + ls, color="C3", label=f"ZeRO++, {tok} tok/GPU")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(table.gbit_per_s.unique()), [str(int(b)) for b in table.gbit_per_s.unique()])
+        ax.set_xlabel("scale-out bandwidth per node (Gbit/s)")
+        ax.set_title(f"GPT {model}B, 384 V100 (16/node)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("predicted TFLOP/s per GPU")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fit", action="store_true")
+    args = ap.parse_args()
+    df = load_pairs()
+    if args.fit:
+        fit(df)
+        return
+    with pd.option_context("display.width", 200):
+        pairs = predict_pairs(df)
+        print(pairs.round(2).to_string())
+        print(f"mean |speedup error| {pairs.speedup_err_pct.abs().mean():.1f}%, "
+              f"mean |ZeRO-3 TFLOP/s error| {pairs.zero3_err_pct.abs().mean():.1f}%")
+        table = whatif()
+        print(table.round(2).to_string())
+    table.round(3).to_csv(OUT / "zeropp_whatif.csv", index=False)
+    plot(table, OUT / "zeropp_whatif.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Read the parts of a DeepSpeed config JSON that the model uses (``perfmodel estimate --deepspeed-config``).
+
+Keys and defaults follow DeepSpeed's ``deepspeed/runtime/zero/config.py`` and ``runtime/config.py``
+and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306.10209):
+
+- ``zero_optimization.stage`` (0..3);
+- ``zero_optimization.zero_quantized_weights`` (qwZ), ``zero_hpz_partition_size`` (hpZ; 1 = off),
+  ``zero_quantized_gradients`` (qgZ) -- all three need stage 3;
+- ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``;
+- ``bf16.enabled`` / ``fp16.enabled``.
+
+Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, bucket sizes,
+logging ...) are listed in ``IGNORED_*`` and skipped. Anything else is an error, as is a
+contradiction (bf16 and fp16 both on; ZeRO++ without stage 3; a batch that does not add up).
+Every error is an ``InputError`` naming the key, so the CLI prints one ``error: field: rule`` line.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfmodel.errors import InputError
+
+PREFIX = "deepspeed_config"
+
+USED_TOP = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+            "train_batch_size", "bf16", "fp16"}
+IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+               "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer",
+               "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
+               "comms_logger", "dump_state", "communication_data_type", "seed", "memory_breakdown"}
+USED_ZERO = {"stage", "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"}
+IGNORED_ZERO = {"reduce_bucket_size", "reduce_scatter", "contiguous_gradients", "overlap_comm",
+                "allgather_bucket_size", "allgather_partitions", "round_robin_gradients",
+                "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
+                "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+                "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "load_from_fp32_weights",
+                "ignore_unused_parameters", "memory_efficient_linear", "elastic_checkpoint"}
+PRECISION_KEYS = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                  "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update"}
+
+
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """What the config says about the modelled step (None: not given in the file)."""
+
+    zero_stage: int
+    zeropp: frozenset[str]
+    hpz_partition_size: int
+    micro_batch: int | None
+    gradient_accumulation_steps: int | None
+    train_batch_size: int | None
+    precision: str | None
+
+    def global_batch(self, dp: int) -> int | None:
+        """train_batch_size = micro x accumulation x dp (DeepSpeed runtime/config.py)."""
+        if self.micro_batch is not None and self.gradient_accumulation_steps is not None:
+            implied = self.micro_batch * self.gradient_accumulation_steps * dp
+            if self.train_batch_size is not None and self.train_batch_size != implied:
+                raise InputError(
+                    f"{PREFIX}.train_batch_size",
+                    f"must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp "
+                    f"({self.train_batch_size} != {self.micro_batch}*{self.gradient_accumulation_steps}*{dp})",
+                )
+            return implied
+        return self.train_batch_size
+
+
+def _flag(zero: dict, key: str) -> bool:
+    v = zero.get(key, False)
+    if not isinstance(v, bool):
+        raise InputError(f"{PREFIX}.zero_optimization.{key}", f"must be true or false (got {v!r})")
+    return v
+
+
+def _pos_int(d: dict, key: str, path: str) -> int | None:
+    if key not in d:
+        return None
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise InputError(f"{path}.{key}", f"must be a positive integer (got {v!r})")
+    return v
+
+
+def _unknown(d: dict, allowed: set[str], path: str) -> None:
+    bad = sorted(set(d) - allowed)
+    if bad:
+        raise InputError(f"{path}.{bad[0]}", "unknown key (not a DeepSpeed setting perfmodel reads or skips)")
+
+
+def _enabled(d: dict, key: str) -> bool:
+    sub = d.get(key)
+    if sub is None:
+        return False
+    if not isinstance(sub, dict):
+        raise InputError(f"{PREFIX}.{key}", f"must be an object like {{\"enabled\": true}} (got {sub!r})")
+    _unknown(sub, PRECISION_KEYS, f"{PREFIX}.{key}")
+    v = sub.get("enabled", False)
+    if v == "auto" or not isinstance(v, bool):
+        raise InputError(f"{PREFIX}.{key}.enabled", f"must be true or false (got {v!r})")
+    return v
+
+
+def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
+    """Validate a loaded DeepSpeed config and return the settings the model uses."""
+    if not isinstance(data, dict):
+        raise InputError(PREFIX, "must be a JSON object")
+    _unknown(data, USED_TOP | IGNORED_TOP, PREFIX)
+    zero = data.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise InputError(f"{PREFIX}.zero_optimization", "must be an object")
+    _unknown(zero, USED_ZERO | IGNORED_ZERO, f"{PREFIX}.zero_optimization")
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise InputError(f"{PREFIX}.zero_optimization.stage", f"must be 0, 1, 2 or 3 (got {stage!r})")
+    hpz = _pos_int(zero, "zero_hpz_partition_size", f"{PREFIX}.zero_optimization") or 1
+    parts = set()
+    if _flag(zero, "zero_quantized_weights"):
+        parts.add("qwz")
+    if hpz > 1:
+        parts.add("hpz")
+    if _flag(zero, "zero_quantized_gradients"):
+        parts.add("qgz")
+    if parts and stage != 3:
+        raise InputError(
+            f"{PREFIX}.zero_optimization.stage",
+            f"ZeRO++ ({','.join(sorted(parts))}) requires stage 3 (got {stage})",
+        )
+    bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")
+    if bf16 and fp16:
+        raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
+    precision = "bf16" if bf16 else "fp16" if fp16 else None
+    return DeepSpeedSettings(
+        zero_stage=int(stage),
+        zeropp=frozenset(parts),
+        hpz_partition_size=hpz,
+        micro_batch=_pos_int(data, "train_micro_batch_size_per_gpu", PREFIX),
+        gradient_accumulation_steps=_pos_int(data, "gradient_accumulation_steps", PREFIX),
+        train_batch_size=_pos_int(data, "train_batch_size", PREFIX),
+        precision=precision,
+    )
+
+
+def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
+    """Read and validate a DeepSpeed config JSON file."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise InputError(PREFIX, f"cannot read file ({exc.strerror})", where=str(p)) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(PREFIX, f"not valid JSON ({exc.msg} at line {exc.lineno})", where=str(p)) from None
+    return parse_deepspeed_config(data)
+
+
+def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int) -> None:
+    """DeepSpeed ``_ensure_divisibility``: the secondary group size must divide the world size, and
+    the model's secondary group lives inside the data-parallel group."""
+    if hpz_partition_size > 1 and (n_gpus % hpz_partition_size or hpz_partition_size > dp):
+        raise InputError(
+            f"{PREFIX}.zero_optimization.zero_hpz_partition_size",
+            f"must divide the GPU count and not exceed dp (zero_hpz_partition_size={hpz_partition_size}, "
+            f"gpus={n_gpus}, dp={dp})",
+        )

@@ -1,0 +1,194 @@
+"""ZeRO-3 / ZeRO++ formulas (Wang et al. 2023, arXiv 2306.10209; DeepSpeed's implementation)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import perfmodel as pm
+from perfmodel.cli import app
+from perfmodel.costs.comm import members_per_domain, op_factor
+from perfmodel.deepspeed_config import parse_deepspeed_config
+from perfmodel.errors import InputError
+from perfmodel.estimate import build_inputs
+from perfmodel.search.engine import run_search
+from perfmodel.search.space import HPZ_MEMORY_REASON
+from perfmodel.step import step_costs
+from perfmodel.units import GIB_BYTES
+from perfmodel.zeropp import (
+    cross_node_volume_bytes, hpz_secondary_bytes, layer_weight_numels, qgz_active, zero3_microbatch,
+)
+
+GPN = 16.0  # DGX-2: 16 GPUs per NVLink domain
+
+
+def cross_node_bytes(op, size, n, stride):
+    """Bytes one GPU sends over its NIC in the two-tier model (no time, no latency)."""
+    n = np.asarray(n, dtype=float)
+    k = members_per_domain(n, stride, GPN)
+    n_dom = np.maximum(n / k, 1.0)
+    if op == "all_to_all":
+        return (n - k) / n * size
+    return op_factor(op, n_dom) * size / k
+
+
+def step_volume(qwz, hpz, qgz, dp=384, h=6144):
+    tensors = layer_weight_numels(h, 4 * h, 32, 32, 2, 1)
+    out = zero3_microbatch(
+        cross_node_bytes, lambda b: 0.0, tensors=tensors, layers=40.0, embed_numel=0.0, dp=dp, dp_stride=1.0,
+        dp_per_node=GPN, hpz_group=GPN, qwz=qwz, hpz=hpz, qgz=qgz, grad_bytes=2.0, step_latency_s=0.0,
+    )
+    params = 40 * sum(e * c for e, c in tensors)
+    per_node = GPN * (out["fwd_global_s"] + out["bwd_s"])
+    return per_node / (2.0 * params)  # in units of M = 2 Psi bytes
+
+
+def test_volume_table_3m_to_075m():
+    """ZeRO++ table: ZeRO-3 3M cross-node per step; qwZ 0.5M + hpZ 0 + qgZ 0.25M = 0.75M (4x less)."""
+    n_nodes = 384 / GPN
+    ring = (n_nodes - 1) / n_nodes  # (N-1)/N of a ring over N nodes
+    assert step_volume(0, 0, 0) == pytest.approx(3.0 * ring, rel=1e-9)
+    assert step_volume(1, 1, 1) == pytest.approx(0.75 * ring, rel=2e-3)  # + fp32 scales, 1 per 8000
+    assert step_volume(0, 0, 0) / step_volume(1, 1, 1) == pytest.approx(4.0, rel=2e-3)
+    # each part alone
+    assert step_volume(1, 0, 0) == pytest.approx(2 * 0.5 * ring + ring, rel=2e-3)
+    assert step_volume(0, 1, 0) == pytest.approx(2.0 * ring, rel=1e-9)
+    assert step_volume(0, 0, 1) == pytest.approx(2.25 * ring, rel=1e-9)
+    vol = cross_node_volume_bytes(1.0, qwz=True, hpz=True, qgz=True)
+    assert vol["total"] / cross_node_volume_bytes(1.0)["total"] == pytest.approx(0.25, rel=1e-3)
+
+
+def test_hpz_memory_term():
+    assert hpz_secondary_bytes(70e9, 8) == pytest.approx(17.5e9)  # 2 Psi / alpha
+    model = pm.load_model("llama3-8b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), 64, 16, 400)
+    job = pm.JobSpec(global_batch=64, seq_len=2048, precision="fp16", framework="deepspeed")
+    base = pm.ParallelSpec(dp=64, zero_stage=3, sp=False, recompute="full")
+    with_hpz = base.model_copy(update={"zeropp": frozenset({"hpz"})})
+    for alpha in (None, 8):
+        x = {k: np.atleast_1d(v) for k, v in build_inputs(model, cluster, with_hpz, job, None, alpha).items()}
+        out = step_costs(x)
+        expect = 2.0 * out["params_per_gpu"][0] / (alpha or 16) / GIB_BYTES
+        assert out["hpz_secondary_gib"][0] == pytest.approx(expect)
+        e0, e1 = pm.estimate(model, cluster, base, job), pm.estimate(model, cluster, with_hpz, job, None, alpha)
+        assert e1.memory_breakdown_gib["weights_gib"] - e0.memory_breakdown_gib["weights_gib"] == pytest.approx(expect)
+
+
+def _dp_comm(zeropp, n_gpus, hidden=6144, gpn=16):
+    model = pm.ModelSpec(name="t", n_layers=8, hidden_size=hidden, ffn_hidden_size=4 * hidden, n_heads=32,
+                         n_kv_heads=32, vocab_size=50304, tied_embeddings=True)
+    cluster = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), n_gpus, gpn, 100)
+    job = pm.JobSpec(global_batch=n_gpus, seq_len=512, precision="fp16", framework="deepspeed")
+    par = pm.ParallelSpec(dp=n_gpus, zero_stage=3, sp=False, zeropp=zeropp, recompute="full")
+    x = {k: np.atleast_1d(v) for k, v in build_inputs(model, cluster, par, job).items()}
+    return step_costs(x)
+
+
+def test_qgz_falls_back_on_one_node():
+    one, one_q = _dp_comm("", 16), _dp_comm("qgz", 16)
+    assert one_q["dp_comm_s"][0] == pytest.approx(one["dp_comm_s"][0])
+    assert one_q["qgz_fallback_numel"][0] > 0
+    multi, multi_q = _dp_comm("", 64), _dp_comm("qgz", 64)
+    assert multi_q["dp_comm_s"][0] < multi["dp_comm_s"][0]
+    assert multi_q["qgz_fallback_numel"][0] == 0  # 6144^2 is divisible by 2 x 64
+
+
+def test_qgz_falls_back_when_numel_not_divisible_by_twice_world():
+    assert bool(qgz_active(6144.0 * 6144.0, 384, True, 1.0))          # 6144 = 8 x 768
+    assert not bool(qgz_active(8192.0 * 8192.0, 384, True, 1.0))      # 2^26 % 768 != 0
+    ok, odd = _dp_comm("qgz", 384, hidden=6144), _dp_comm("qgz", 384, hidden=8192)
+    assert ok["qgz_fallback_numel"][0] == 0
+    assert odd["qgz_fallback_numel"][0] > 0
+    # the h x h and h x 4h matrices (8 layers x 9 h^2) take the reduce-scatter path; the embedding
+    # (50304 x 8192, divisible by 768) stays on qgZ
+    assert odd["qgz_fallback_numel"][0] == pytest.approx(8 * 9 * 8192.0**2)  # QKV (3 h^2) is divisible
+    assert odd["dp_comm_s"][0] < _dp_comm("", 384, hidden=8192)["dp_comm_s"][0]
+
+
+def test_zeropp_is_faster_on_slow_networks_and_monotone_in_bandwidth():
+    slow, fast = _dp_comm("qwz,hpz,qgz", 128), _dp_comm("", 128)
+    assert slow["iteration_time_s"][0] < fast["iteration_time_s"][0]
+
+
+def test_search_rejects_configs_that_no_longer_fit_with_hpz():
+    model = pm.load_model("llama3-70b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), 64, 16, 400)
+    job = pm.JobSpec(global_batch=64, seq_len=2048, precision="fp16", framework="deepspeed")
+    res = run_search(model, cluster, job, zeropp=True, top=20)
+    assert res.rejected.get(HPZ_MEMORY_REASON, 0) > 0
+    ev = res.evaluated[0]
+    hpz = ev.configs["hpz"] > 0
+    assert set(np.unique(ev.configs["qwz"][ev.configs["zero_stage"] < 3])) <= {0}
+    unfit_hpz = hpz & ~ev.metrics["fits"]
+    assert unfit_hpz.any()
+    for rec in res.candidates.to_dict("records"):
+        assert rec["zeropp"] == "" or rec["zero_stage"] == 3
+    # the default search does not vary ZeRO++
+    assert (run_search(model, cluster, job, top=3).candidates["zeropp"] == "").all()
+
+
+# ---- DeepSpeed config --------------------------------------------------------------------------
+TUTORIAL = {
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "fp16": {"enabled": True},
+    "zero_optimization": {"stage": 3, "reduce_bucket_size": 10000000, "reduce_scatter": False,
+                          "zero_quantized_weights": True, "zero_hpz_partition_size": 16,
+                          "zero_quantized_gradients": True, "contiguous_gradients": True, "overlap_comm": True},
+}
+
+
+def test_deepspeed_config_reads_zeropp_keys():
+    ds = parse_deepspeed_config(TUTORIAL)
+    assert ds.zero_stage == 3 and ds.zeropp == {"qwz", "hpz", "qgz"} and ds.hpz_partition_size == 16
+    assert ds.micro_batch == 2 and ds.precision == "fp16" and ds.global_batch(64) == 128
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"zero_optimization": {"stage": 3, "zero_quantised_weights": True}}, "zero_quantised_weights"),
+    ({"bogus": 1}, "deepspeed_config.bogus"),
+    ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, "bf16.enabled"),
+    ({"zero_optimization": {"stage": 2, "zero_quantized_gradients": True}}, "zero_optimization.stage"),
+    ({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}}, "zero_hpz_partition_size"),
+    ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 10}, None),
+])
+def test_deepspeed_config_errors_name_the_key(bad, field):
+    with pytest.raises(InputError) as exc:
+        parse_deepspeed_config(bad).global_batch(64)
+    if field:
+        assert field in exc.value.field
+
+
+def test_cli_deepspeed_config(tmp_path):
+    good = tmp_path / "ds.json"
+    good.write_text(json.dumps(TUTORIAL))
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "v100-sxm3-32gb", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "512", "--framework", "deepspeed", "--recompute", "full", "--json"]
+    r = CliRunner().invoke(app, base + ["--deepspeed-config", str(good)])
+    assert r.exit_code == 0, r.output
+    cfg = json.loads(r.stdout)["config"]
+    assert cfg["zero_stage"] == 3 and sorted(cfg["zeropp"]) == ["hpz", "qgz", "qwz"] and cfg["micro_batch"] == 2
+    assert cfg["precision"] == "fp16"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**TUTORIAL, "zero_optimization": {**TUTORIAL["zero_optimization"], "stage": 1}}))
+    r = CliRunner().invoke(app, base + ["--deepspeed-config", str(bad)])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: deepspeed_config.zero_optimization.stage:")
+    wrong_batch = ["--global-batch" if a == "--global-batch" else a for a in base]
+    wrong_batch[wrong_batch.index("--global-batch") + 1] = "256"
+    r = CliRunner().invoke(app, wrong_batch + ["--deepspeed-config", str(good)])
+    assert r.exit_code == 2 and "gradient_accumulation_steps" in r.stderr
+
+
+def test_runs_path_reads_the_zeropp_column():
+    from perfmodel.runs import runs_to_inputs
+
+    row = dict(run_id="z-001", n_layers=40, hidden_size=6144, ffn_hidden_size=24576, n_heads=32, seq_len=512,
+               gpu="v100-sxm3-32gb", n_gpus=64, gpus_per_node=16, tp=1, pp=1, dp=64, cp=1, global_batch=128,
+               micro_batch=2, zero_stage=3, framework="deepspeed", recompute="full")
+    df = pd.DataFrame([dict(row, zeropp="qwz,hpz,qgz"), dict(row, zeropp=""), dict(row, zeropp="qwz,foo"),
+                       dict(row, zeropp="qgz", zero_stage=1)])
+    inputs, status, reason, _ = runs_to_inputs(df)
+    assert list(status) == ["ok", "ok", "invalid", "invalid"]
+    assert inputs["qwz"][0] == inputs["hpz"][0] == inputs["qgz"][0] == 1.0
+    assert inputs["qwz"][1] == 0.0
