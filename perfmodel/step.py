@@ -206,12 +206,33 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
     dp_per_node = np.clip(np.floor(np.minimum(f64["nvlink_domain_gpus"], dp * dp_stride) / dp_stride), 1.0, dp)
     hpz_group = np.where(hpz > 1, np.minimum(hpz, dp), dp_per_node)
-    z3 = zero3_microbatch(
-        coll, lambda n_bytes: elementwise_time_s(n_bytes, hbm, f64["hbm_efficiency"]),
-        tensors=layer_weight_numels(h, ffn, a, kv, mm, tp), layers=layers, embed_numel=embed / tp,
-        dp=dp, dp_stride=dp_stride, dp_per_node=dp_per_node, hpz_group=hpz_group, qwz=qwz, hpz=hpz, qgz=qgz,
-        grad_bytes=grad_bytes, step_latency_s=f64["zero3_step_latency_s"],
+    # ZeRO-3 is costed only where it is used (zero_stage 3, dp > 1): the same vectorized code on
+    # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
+    shape = np.broadcast(zero, dp, tp, L).shape
+    z3_idx = np.flatnonzero(np.broadcast_to((zero >= 3) & (dp > 1), shape))
+
+    def sub(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[z3_idx]
+
+    def coll_sub(op, size, n, stride):
+        return collective_time_s(
+            op, size, n, stride, sub(f64["nvlink_domain_gpus"]), sub(f64["nvlink_bytes_per_s"]),
+            sub(f64["nic_bytes_per_s_per_gpu"]), sub(f64["intra_latency_s"]), sub(f64["inter_latency_s"]),
+            congestion_nodes=sub(f64["congestion_nodes"]),
+        )
+
+    z3_sub = zero3_microbatch(
+        coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
+        tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv, mm, tp)], layers=sub(layers),
+        embed_numel=sub(embed / tp), dp=sub(dp), dp_stride=sub(dp_stride), dp_per_node=sub(dp_per_node),
+        hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz), grad_bytes=sub(grad_bytes),
+        step_latency_s=sub(f64["zero3_step_latency_s"]),
     )
+    z3 = {}
+    for key, val in z3_sub.items():
+        full = np.zeros(int(np.prod(shape)))
+        full[z3_idx] = np.broadcast_to(val, z3_idx.shape)
+        z3[key] = full.reshape(shape)
     # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
     psi = f64["zero3_overlap"]
     fwd_compute, bwd_compute = layers * layer_f, layers * layer_b + recompute_mb

@@ -110,20 +110,22 @@ def zero3_microbatch(
         kern = hbm_time((FP16_BYTES + INT4_BYTES) * e + INT4_BYTES * e * (1.0 + 1.0 / k) + FP16_BYTES * e / k)
         return np.where(on, intra + inter, rs), np.where(on, kern, 0.0), np.where(on, 0.0, e)
 
-    fwd_g = fwd_s = bwd = kf = kb = fallback = 0.0
-    for e, count in list(tensors) + [(embed_numel, 1.0 / np.maximum(layers, 1.0))]:
-        c = count * layers
-        g16 = gather_fp16(e, dp)
-        fwd = np.where(qwz > 0, gather_int8(e), g16)
-        sec = gather_fp16(e, hpz_group)  # [DS] secondary shard is in the parameter dtype
-        fwd_g = fwd_g + c * fwd
-        fwd_s = fwd_s + c * np.where(hpz > 0, sec, fwd)
-        kq = np.where(qwz > 0, dequant_kernel(e), 0.0)
-        kf = kf + c * kq
-        red, kred, fb = grad_reduce(e)
-        bwd = bwd + c * (np.where(hpz > 0, sec, fwd) + red)
-        kb = kb + c * (np.where(hpz > 0, 0.0, kq) + kred)
-        fallback = fallback + c * fb * (qgz > 0)
+    # every fetched tensor kind at once: a leading axis over (QKV, projection, MLP, embedding),
+    # so each collective is costed in one broadcast call, not one call per tensor kind
+    pairs = list(tensors) + [(embed_numel, 1.0 / np.maximum(layers, 1.0))]
+    e = np.stack(np.broadcast_arrays(*[np.asarray(p[0], dtype=float) for p in pairs]))
+    c = np.stack(np.broadcast_arrays(*[np.asarray(p[1], dtype=float) * layers for p in pairs]))
+    g16 = gather_fp16(e, dp)
+    fwd = np.where(qwz > 0, gather_int8(e), g16)
+    sec = gather_fp16(e, hpz_group)  # [DS] secondary shard is in the parameter dtype
+    kq = np.where(qwz > 0, dequant_kernel(e), 0.0)
+    red, kred, fb = grad_reduce(e)
+    fwd_g = np.sum(c * fwd, axis=0)
+    fwd_s = np.sum(c * np.where(hpz > 0, sec, fwd), axis=0)
+    kf = np.sum(c * kq, axis=0)
+    bwd = np.sum(c * (np.where(hpz > 0, sec, fwd) + red), axis=0)
+    kb = np.sum(c * (np.where(hpz > 0, 0.0, kq) + kred), axis=0)
+    fallback = np.sum(c * fb, axis=0) * (qgz > 0)
     return {
         "fwd_global_s": fwd_g, "fwd_secondary_s": fwd_s, "bwd_s": bwd,
         "fwd_kernel_s": kf, "bwd_kernel_s": kb, "qgz_fallback_numel": fallback,

@@ -153,8 +153,15 @@ def recommend(
     if counts is not None:
         cols.append(("gpus", "n_gpus", ""))
     cols += [("tp", "tp", ""), ("pp", "pp", ""), ("dp", "dp", ""), ("cp", "cp", ""), ("vpp", "vpp", ""),
-             ("mb", "micro_batch", ""), ("sp", "sp", ""), ("zero", "zero_stage", ""), ("recompute", "recompute", ""),
-             ("step s", "iteration_time_s", ".3f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),
+             ("mb", "micro_batch", ""), ("sp", "sp", ""), ("zero", "zero_stage", ""), ("recompute", "recompute", "")]
+    # the long-context and ZeRO++ dimensions, shown when any listed candidate uses them
+    if (df["zeropp"].astype(str) != "").any():
+        cols.append(("zero++", "zeropp", ""))
+    if "cp_kind" in df and (df["cp"] > 1).any():
+        cols.append(("cp kind", "cp_kind", ""))
+    if "offload_fraction" in df and (df["offload_fraction"] > 0).any():
+        cols.append(("offload", "offload_fraction", ".2f"))
+    cols += [("step s", "iteration_time_s", ".3f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),
              ("MFU", "mfu", ".1%"), ("GiB", "memory_gib", ".1f")]
     if train_tokens is not None:
         df = df.assign(time_to_train_h=df["time_to_train_s"] / 3600.0)
@@ -165,8 +172,8 @@ def recommend(
     typer.echo("time breakdown (s) and memory breakdown (GiB):")
     bcols = [("#", "#", "")] + [
         (k.removesuffix("_s"), k, ".3f") for k in (
-            "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s",
-            "optimizer_s", "overhead_s")
+            "compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "offload_s", "pp_comm_s", "bubble_s",
+            "dp_comm_s", "optimizer_s", "overhead_s")
     ] + [(k.removesuffix("_gib"), k, ".1f") for k in (
         "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")]
     typer.echo(_table(df, bcols))

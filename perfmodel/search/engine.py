@@ -26,6 +26,9 @@ from perfmodel.search.space import (
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
 
+#: stacks that implement ZeRO++ (DeepSpeed zero_optimization.zero_quantized_weights / ...)
+ZEROPP_FRAMEWORKS = {"deepspeed"}
+
 Objective = Literal["throughput", "time-to-train", "cost"]
 OBJECTIVES = ("throughput", "time-to-train", "cost")
 
@@ -195,13 +198,16 @@ def run_search(
     usd_per_gpu_hour: float | None = None,
     top: int | None = None,
     progress: bool = False,
-    zeropp: bool = False,
+    zeropp: bool | None = None,
 ) -> SearchResult:
     """Enumerate, evaluate and rank every configuration of the job on ``cluster`` (or on each
     of ``gpu_counts`` GPUs of the same kind). ``top`` limits the rows of the DataFrame (with
     breakdowns); None keeps every feasible candidate (without breakdowns beyond the top 50).
-    ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration."""
+    ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration; None (the
+    default) does so where the framework implements ZeRO++ (DeepSpeed)."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
+    if zeropp is None:
+        zeropp = (job.framework or "").lower() in ZEROPP_FRAMEWORKS
     cal = calibration if calibration is not None else load_calibration(None)
     t0 = time.perf_counter()
     counts = sorted(set(int(g) for g in gpu_counts)) if gpu_counts else [cluster.n_gpus]
