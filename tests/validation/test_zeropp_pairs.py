@@ -17,7 +17,7 @@ from perfmodel.zeropp import predict_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 CANDIDATES = [ROOT / "calibration" / "data" / "runs" / "zeropp_pairs.csv",
-              Path("/work/shared/data/runs/zeropp_pairs.csv")]
+              ROOT.parent / "shared" / "data" / "runs" / "zeropp_pairs.csv"]
 
 
 @pytest.fixture(scope="module")
