@@ -138,6 +138,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "layer_overhead_s": profile.layer_overhead_s,
         "microbatch_overhead_s": profile.microbatch_overhead_s,
         "p2p_overhead_s": profile.p2p_overhead_s,
+        "tp_internode_efficiency": profile.tp_internode_efficiency,
         "step_overhead_s": profile.step_overhead_s,
         "grad_bytes_per_param": profile.grad_bytes_per_param,
         "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,

@@ -52,7 +52,7 @@ STEP_INPUTS = (
     "cp_ulysses", "offload_fraction", "host_link_bytes_per_s", "host_memory_bytes_per_gpu",
     # framework
     "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap",
-    "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
+    "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "tp_internode_efficiency", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     # constants
     "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
@@ -146,7 +146,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ---- tensor parallel: 2 all-reduce-equivalents forward, 2 backward per layer ------------
     # (all-gather + reduce-scatter of s b h with SP, all-reduce without; Korthikanti Sec. 4.2.2)
     tp_bytes = ACT_BYTES * tokens * h
-    tp_ar = coll("all_reduce", tp_bytes, tp, 1.0)
+    # TP collectives are many mid-size messages on the critical path; across nodes a stack may reach
+    # only a fraction of the NIC rate with them (framework's tp_internode_efficiency)
+    tp_ar = collective_time_s(
+        "all_reduce", tp_bytes, tp, 1.0, f64["nvlink_domain_gpus"], f64["nvlink_bytes_per_s"],
+        f64["nic_bytes_per_s_per_gpu"] * f64["tp_internode_efficiency"], f64["intra_latency_s"],
+        f64["inter_latency_s"], congestion_nodes=f64["congestion_nodes"],
+    )
     tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL)
     tp_mb = (1.0 - f64["tp_overlap"]) * layers * tp_passes * tp_ar
 

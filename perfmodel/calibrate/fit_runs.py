@@ -34,6 +34,7 @@ OVERHEAD_PARAMS = {
     "layer_overhead_s": (0.0, 0.02, 5e-4),
     "microbatch_overhead_s": (0.0, 0.5, 5e-3),
     "p2p_overhead_s": (0.0, 1.0, 1e-2),
+    "tp_internode_efficiency": (1e-3, 1.0, 0.5),
 }
 GLOBAL_PARAMS = {
     "attn_efficiency_max": (0.15, 0.9, 0.5),
