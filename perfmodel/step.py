@@ -88,11 +88,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     def gemm(m_, n_, k_):
         return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke
 
-    def coll(op, size, n, stride):
+    def coll(op, size, n, stride, nic_scale=1.0, net=f64):
+        """Two-tier collective on the cluster described by ``net`` (f64, or a subset of it)."""
         return collective_time_s(
-            op, size, n, stride, f64["nvlink_domain_gpus"], f64["nvlink_bytes_per_s"],
-            f64["nic_bytes_per_s_per_gpu"], f64["intra_latency_s"], f64["inter_latency_s"],
-            congestion_nodes=f64["congestion_nodes"],
+            op, size, n, stride, net["nvlink_domain_gpus"], net["nvlink_bytes_per_s"],
+            net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
+            congestion_nodes=net["congestion_nodes"],
         )
 
     s_loc = s / cp                      # tokens of one sequence on one CP rank
@@ -148,11 +149,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     tp_bytes = ACT_BYTES * tokens * h
     # TP collectives are many mid-size messages on the critical path; across nodes a stack may reach
     # only a fraction of the NIC rate with them (framework's tp_internode_efficiency)
-    tp_ar = collective_time_s(
-        "all_reduce", tp_bytes, tp, 1.0, f64["nvlink_domain_gpus"], f64["nvlink_bytes_per_s"],
-        f64["nic_bytes_per_s_per_gpu"] * f64["tp_internode_efficiency"], f64["intra_latency_s"],
-        f64["inter_latency_s"], congestion_nodes=f64["congestion_nodes"],
-    )
+    tp_ar = coll("all_reduce", tp_bytes, tp, 1.0, nic_scale=f64["tp_internode_efficiency"])
     tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL)
     tp_mb = (1.0 - f64["tp_overlap"]) * layers * tp_passes * tp_ar
 
@@ -220,12 +217,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     def sub(x):
         return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[z3_idx]
 
+    net_sub = {k: sub(f64[k]) for k in (
+        "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
+        "inter_latency_s", "congestion_nodes")}
+
     def coll_sub(op, size, n, stride):
-        return collective_time_s(
-            op, size, n, stride, sub(f64["nvlink_domain_gpus"]), sub(f64["nvlink_bytes_per_s"]),
-            sub(f64["nic_bytes_per_s_per_gpu"]), sub(f64["intra_latency_s"]), sub(f64["inter_latency_s"]),
-            congestion_nodes=sub(f64["congestion_nodes"]),
-        )
+        return coll(op, size, n, stride, net=net_sub)
 
     z3_sub = zero3_microbatch(
         coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
