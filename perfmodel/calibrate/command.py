@@ -141,8 +141,9 @@ def run_calibration(
         df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
         fit = fit_runs(df, cal)
         cal = fit.calibration
-        per_src = fit.residuals.dropna().groupby("source").log_ratio.apply(
-            lambda r: float(np.mean(np.abs(np.exp(r) - 1.0)) * 100))
+        from perfmodel.validate import error_table, predict_runs
+
+        per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
         for p, d in parsed_runs:
             inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": len(d)})
         echo("runs: tokens/s/GPU MAPE per source after the fit (%):")
