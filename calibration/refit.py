@@ -3,7 +3,8 @@
 1. Starts from the per-GPU attention efficiencies measured in kernels.csv (FlashAttention-2
    fwd+bwd, causal, head dim 128, 16K tokens: A100 189 of 312 TFLOP/s) and the collective fit
    (calibration/collectives_fit.yaml, from nccl-tests logs) when present;
-2. fits the runs parameters to calibration/data/runs/calibration_runs.csv (perfmodel calibrate --runs);
+2. fits the runs parameters to calibration/data/runs/calibration_runs.csv (perfmodel calibrate --runs),
+   jointly with the 16 ZeRO-3 vs ZeRO++ pairs (calibration/data/runs/zeropp_pairs.csv) for DeepSpeed;
 3. writes calibration/default_profile.yaml, which perfmodel applies when no --calibration is given.
 Leave-one-source-out numbers: ``python calibration/refit.py --loso``.
 """
@@ -48,11 +49,13 @@ def main() -> None:
 
     runs = HERE / "data" / "runs" / "calibration_runs.csv"
     if "--loso" in sys.argv:
-        table = leave_one_source_out(pd.read_csv(runs), base_calibration())
+        table = leave_one_source_out(pd.read_csv(runs), base_calibration(),
+                                     pairs=pd.read_csv(HERE / "data" / "runs" / "zeropp_pairs.csv"))
         print(table.round(1).to_string())
         print(f"macro-averaged LOSO MAPE: {table.loso_mape_pct.mean():.1f}%")
         return
-    run_calibration(gpu="h100-sxm5-80gb", out=HERE / "default_profile.yaml", runs=[runs], base=base_calibration())
+    run_calibration(gpu="h100-sxm5-80gb", out=HERE / "default_profile.yaml", runs=[runs], base=base_calibration(),
+                    pairs=HERE / "data" / "runs" / "zeropp_pairs.csv")
 
 
 if __name__ == "__main__":

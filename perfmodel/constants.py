@@ -35,9 +35,10 @@ class CostConstants(BaseModel):
         0.80, gt=0, le=1.2, description="Achieved NVLink busbw / link rate (H100 ring ~370 of 450 GB/s, nccl-tests#212)."
     )
     congestion_nodes: float = Field(
-        32.0, gt=0,
-        description="Scale-out fabric for which no calibration is known: node count at which a job-wide "
-        "collective gets half the per-NIC bandwidth (tapered Clos; ~7 for the HF EFA cluster).",
+        float("inf"), gt=0,
+        description="Scale-out fabric for which no calibration is known: node count at which a collective "
+        "spanning that many nodes gets half the per-NIC bandwidth. Unknown fabrics are taken as "
+        "non-blocking (inf); measured ones get theirs from collective benchmarks (HF EFA cluster: ~11).",
     )
     nic_efficiency: float = Field(0.90, gt=0, le=1, description="Achieved inter-node busbw / NIC line rate.")
     hbm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved / datasheet HBM bandwidth for streaming kernels.")

@@ -67,7 +67,7 @@ def _write_atomic(profile: dict, out: Path) -> None:
 def run_calibration(
     *, gpu: str, out: Path, nccl_tests=(), traces=(), logs=(), gemms=(), runs=(),
     gpus_per_node: int | None = None, scale_out_gbit_per_s: float | None = None, network: str | None = None,
-    echo=print, base: Calibration | None = None,
+    echo=print, base: Calibration | None = None, pairs: Path | None = None,
 ) -> Calibration:
     """Parse everything first (any bad input raises before anything is written), fit, write."""
     from perfmodel.calibrate.parsers import (
@@ -139,13 +139,17 @@ def run_calibration(
         from perfmodel.calibrate.fit_runs import fit_runs
 
         df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
-        fit = fit_runs(df, cal)
+        pairs_df = pd.read_csv(pairs) if pairs is not None else None
+        fit = fit_runs(df, cal, pairs=pairs_df)
         cal = fit.calibration
         from perfmodel.validate import error_table, predict_runs
 
         per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
         for p, d in parsed_runs:
             inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": len(d)})
+        if pairs is not None:
+            inputs.append({"kind": "zeropp-pairs", "path": _rel(Path(pairs)), "sha256": sha256_of(Path(pairs)),
+                           "points": 2 * len(pairs_df)})
         echo("runs: tokens/s/GPU MAPE per source after the fit (%):")
         for s, v in per_src.sort_values(ascending=False).items():
             echo(f"  {s:<16} {v:6.1f}")

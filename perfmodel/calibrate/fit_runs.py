@@ -5,8 +5,8 @@ source) so every source counts the same however many rows it has (the HF playboo
 of the rows). ``scipy.optimize.least_squares`` with a robust ``soft_l1`` loss keeps the very slow
 outliers from dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
-* global: attn_efficiency_max, fp8_matmul_efficiency_ratio,
-  congestion_nodes (fabrics without their own entry);
+* global: attn_efficiency_max, fp8_matmul_efficiency_ratio (fabric congestion is not invented
+  here for fabrics no collective benchmark measured: an unknown fabric is taken as non-blocking);
 * per fabric with data (e.g. EFA): congestion_nodes;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s.
@@ -39,8 +39,9 @@ OVERHEAD_PARAMS = {
 GLOBAL_PARAMS = {
     "attn_efficiency_max": (0.15, 0.9, 0.5),
     "fp8_matmul_efficiency_ratio": (0.3, 1.1, 0.8),
-    "congestion_nodes": (1.0, 4096.0, 32.0),
 }
+#: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
+ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
 MIN_ROWS_FRAMEWORK = 5
 MIN_ROWS_OVERHEADS = 100
 
@@ -65,8 +66,12 @@ def _prepare(df: pd.DataFrame, base: Calibration):
     return inputs, ok, truth
 
 
-def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
-    """Fit the parameters above to the runs in ``df`` (runs schema) and return a Calibration."""
+def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFrame | None = None) -> RunsFit:
+    """Fit the parameters above to the runs in ``df`` (runs schema) and return a Calibration.
+
+    ``pairs``: the ZeRO-3 vs ZeRO++ pairs CSV (DeepSpeed blog; ``perfmodel.zeropp``), fitted jointly
+    as one more source: its 32 measured throughputs constrain the DeepSpeed profile together with
+    the ZeRO-3 runs of ``df``."""
     base = base or Calibration()
     inputs, ok, truth = _prepare(df, base)
     framework = df["framework"].fillna("generic").astype(str).str.lower().to_numpy()
@@ -105,6 +110,31 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
         if cnt >= MIN_ROWS_OVERHEADS:
             for p, b in OVERHEAD_PARAMS.items():
                 add("framework", fw, p, b)
+        n_z3 = int((ok & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] > 1)).sum())
+        if fw == "deepspeed" and pairs is not None:
+            n_z3 += 2 * len(pairs)
+            if cnt < MIN_ROWS_FRAMEWORK:
+                for p, b in FRAMEWORK_PARAMS.items():
+                    add("framework", fw, p, b)
+        if n_z3 >= MIN_ROWS_FRAMEWORK:
+            for p, b in ZERO3_PARAMS.items():
+                add("framework", fw, p, b)
+
+    pair_x = pair_flops = pair_meas = None
+    if pairs is not None:
+        from perfmodel.zeropp import pair_inputs
+
+        pair_x, pair_flops = pair_inputs(pairs, base)
+        pair_meas = np.concatenate([pairs["zero3_tflops_per_gpu"].to_numpy(float),
+                                    pairs["zeropp_tflops_per_gpu"].to_numpy(float)]) * 1e12
+        pair_weight = 1.0 / np.sqrt(len(pair_meas))
+
+    def apply_pairs(x):
+        arrs = dict(pair_x)
+        for (kind, key, p), v in zip(names, x):
+            if (kind == "global" and p in arrs) or (kind == "framework" and key == "deepspeed"):
+                arrs[p] = np.full(len(pair_meas), v)
+        return arrs
 
     def apply(x):
         arrs = dict(inputs)
@@ -125,8 +155,11 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
 
     def residual(x):
         pred = step_costs(apply(x))["tokens_per_s_per_gpu"]
-        r = np.log(np.maximum(pred, 1e-9) / truth)
-        return np.where(ok, r * weight, 0.0)
+        r = np.where(ok, np.log(np.maximum(pred, 1e-9) / truth) * weight, 0.0)
+        if pairs is None:
+            return r
+        pair_pred = pair_flops / step_costs(apply_pairs(x))["iteration_time_s"]
+        return np.concatenate([r, np.log(pair_pred / pair_meas) * pair_weight])
 
     x0a = np.clip(np.array(x0), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
     res = least_squares(residual, x0a, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale="jac",
@@ -154,7 +187,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None) -> RunsFit:
     return RunsFit(calibration=cal, params=params, residuals=resid)
 
 
-def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None) -> pd.DataFrame:
+def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None,
+                         pairs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Refit without each source and predict it: per-source MAPE of tokens/s/GPU, cross-validated.
     Framework parameters of a framework seen only in the held-out source keep their defaults."""
     from perfmodel.validate import error_table, predict_runs
@@ -163,7 +197,7 @@ def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None) -> p
     rows = []
     for s in sorted(src.unique()):
         train, test = df[src != s], df[src == s]
-        cal = fit_runs(train.reset_index(drop=True), base).calibration
+        cal = fit_runs(train.reset_index(drop=True), base, pairs=pairs).calibration
         table, _ = error_table(test.reset_index(drop=True), predict_runs(test.reset_index(drop=True), cal))
         rows.append({"source": s, "rows": len(test), "loso_mape_pct": float(table["mape_pct"].iloc[0]),
                      "loso_median_ape_pct": float(table["median_ape_pct"].iloc[0])})
