@@ -20,7 +20,6 @@ import numpy as np
 from perfmodel.costs.comm import collective_time_s
 from perfmodel.costs.compute import elementwise_time_s, flash_attention_efficiency, gemm_time_s
 from perfmodel.costs.flops import (
-    layer_gemm_flops_per_token,
     model_flops_per_token,
     parameter_count,
 )
@@ -314,5 +313,4 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out["params_per_gpu"] = params_gpu
     out["hpz_secondary_gib"] = hpz_secondary / GIB_BYTES  # part of weights_gib
     out["qgz_fallback_numel"] = z3["qgz_fallback_numel"]
-    out["_gemm_flops_check"] = layer_gemm_flops_per_token(h, ffn, a, kv, mm)  # used by tests
     return out
