@@ -24,7 +24,7 @@ from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gbit_per_s_to_bytes_per_s
 
 
-def check_model_split(model: ModelSpec, tp: int, pp: int, vpp: int = 1) -> None:
+def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
     """Rules between the model's shape and its TP/PP split."""
     if model.n_heads % tp:
         raise InputError("tp", f"must divide n_heads (tp={tp}, n_heads={model.n_heads})")
@@ -57,6 +57,9 @@ def check_config(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job:
             f"must be a multiple of micro_batch*dp (global_batch={job.global_batch}, "
             f"micro_batch*dp={par.micro_batch * par.dp})",
         )
+    if par.cp > 1 and par.cp_kind == "ring" and job.seq_len % (2 * par.cp):
+        # Megatron's load-balanced ring splits each sequence into 2*cp chunks (rank r: r and 2cp-1-r)
+        raise InputError("cp", f"ring CP needs seq_len divisible by 2*cp (cp={par.cp}, seq_len={job.seq_len})")
     if job.seq_len % par.cp:
         raise InputError("cp", f"must divide seq_len (cp={par.cp}, seq_len={job.seq_len})")
     if par.cp_kind == "ulysses" and par.cp > 1 and (model.n_heads // par.tp) % par.cp:
