@@ -83,6 +83,11 @@ class SearchResult:
                 row[k] = float(row[k])
             if "n_gpus" in rec:
                 row["n_gpus"] = int(rec["n_gpus"])
+            # extensions beyond CONTRACT: the long-context dimensions
+            if "cp_kind" in rec:
+                row["cp_kind"] = str(rec["cp_kind"])
+            if "offload_fraction" in rec:
+                row["offload_fraction"] = float(rec["offload_fraction"])
             rows.append(row)
         out = {
             "n_evaluated": int(self.n_evaluated),
