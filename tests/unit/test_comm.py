@@ -123,3 +123,32 @@ def test_members_per_domain_follow_the_stride():
     assert float(members_per_domain(4, 8, 8)) == 1
     assert float(members_per_domain(2, 1, 72)) == 2
     assert float(members_per_domain(128, 1, 72)) == 72
+
+
+def test_congestion_derates_only_the_inter_node_part_by_the_nodes_spanned():
+    """bw / (1 + N / congestion_nodes) on the inter-node leg (HF playbook bandwidth-vs-nodes)."""
+    S, nv, nic = 1 << 30, 360e9, 45e9
+    args = dict(domain_gpus=8, nvlink_bytes_per_s=nv, nic_bytes_per_s_per_gpu=nic,
+                intra_latency_s=0.0, inter_latency_s=0.0)
+    # one rank per node (stride 8): purely inter-node, N = 16 nodes
+    free = collective_time_s("all_reduce", S, 16, 8, **args)
+    congested = collective_time_s("all_reduce", S, 16, 8, congestion_nodes=16.0, **args)
+    assert congested == pytest.approx(2.0 * free, rel=1e-12)
+    # inside one node nothing changes
+    intra = collective_time_s("all_reduce", S, 8, 1, **args)
+    assert collective_time_s("all_reduce", S, 8, 1, congestion_nodes=1.0, **args) == pytest.approx(intra)
+
+
+def test_unknown_fabric_is_taken_as_non_blocking():
+    import perfmodel as pm
+    from perfmodel.calibration_profile import load_calibration
+
+    assert load_calibration(None).congestion_nodes("some fabric nobody measured") == float("inf")
+    model = pm.load_model("llama3-8b")
+    job = pm.JobSpec(global_batch=256, seq_len=4096)
+    par = pm.ParallelSpec(tp=1, dp=256, zero_stage=1)
+    a = pm.estimate(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 256, network="ib ndr"), par, job)
+    b = pm.estimate(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 256), par, job)
+    assert a.iteration_time_s == pytest.approx(b.iteration_time_s, rel=1e-12)
+    c = pm.estimate(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 256, network="EFA"), par, job)
+    assert c.time_breakdown_s["dp_comm_s"] >= b.time_breakdown_s["dp_comm_s"]  # EFA's measured congestion
