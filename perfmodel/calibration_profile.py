@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfmodel.constants import CostConstants
-from perfmodel.errors import InputError, from_validation_error
+from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.specs.hardware import AcceleratorSpec
 
@@ -78,10 +78,9 @@ def _default() -> Calibration:
 @lru_cache(maxsize=16)
 def _load(path_str: str) -> Calibration:
     path = Path(path_str)
+    text = read_text_file(path, "calibration")
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError("calibration", f"cannot read file ({exc.strerror})", where=str(path)) from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError("calibration", "not valid YAML", where=f"{path}:{mark.line + 1}" if mark else str(path)) from None

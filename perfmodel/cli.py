@@ -235,11 +235,32 @@ app.command("whatif")(_whatif)
 
 
 def main() -> None:
+    """Entry point: every failure ends in one ``error:`` line (exit 2 for bad input), never a traceback."""
+    # typer ships its own click; its UsageError is the base of typer.BadParameter
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
-        app()
+        code = app(standalone_mode=False)
+    except usage_error as exc:  # bad option value, missing option, unknown option
+        param = getattr(exc, "param", None)
+        field = f"{param.name}: " if param is not None and param.name else ""
+        message = " ".join(exc.format_message().split())
+        if not message:  # no arguments at all: the help was printed
+            sys.exit(0)
+        typer.echo(f"error: {field}{message}", err=True)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
     except InputError as exc:  # anything that escaped a command
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a file that cannot be read or written
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        typer.echo(f"error: {where}file: cannot read or write ({exc.strerror or exc})", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 
 PREFIX = "deepspeed_config"
 
@@ -145,10 +145,9 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
 def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     """Read and validate a DeepSpeed config JSON file."""
     p = Path(path)
+    text = read_text_file(p, PREFIX)
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise InputError(PREFIX, f"cannot read file ({exc.strerror})", where=str(p)) from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(PREFIX, f"not valid JSON ({exc.msg} at line {exc.lineno})", where=str(p)) from None
     return parse_deepspeed_config(data)

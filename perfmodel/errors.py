@@ -38,3 +38,19 @@ def from_validation_error(exc, prefix: str = "", where: str | None = None) -> In
     elif "input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict):
         msg = f"{msg} (got {first['input']!r})"
     return InputError(field, msg, where=where)
+
+
+def read_text_file(path, field: str, errors: str = "strict") -> str:
+    """A text file's contents, or InputError naming ``field`` and the file when it is missing, a
+    folder, unreadable or not text."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(field, "is a folder, not a file", where=str(path))
+    try:
+        return path.read_text(encoding="utf-8", errors=errors)
+    except OSError as exc:
+        raise InputError(field, f"cannot read file ({exc.strerror or exc})", where=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError(field, "not a text file (not valid UTF-8)", where=str(path)) from None

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from perfmodel.errors import InputError, from_validation_error
+from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.specs.model import ModelSpec
 
@@ -21,14 +21,13 @@ PROFILES_DIR = CATALOG_DIR.parents[1] / "hardware_profiles"
 
 
 def _read_yaml(path: Path, field: str) -> object:
+    text = read_text_file(path, field)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise InputError(field, "not valid YAML", where=where) from None
-    except OSError as exc:
-        raise InputError(field, f"cannot read file ({exc.strerror})", where=str(path)) from None
 
 
 @lru_cache(maxsize=1)
@@ -92,11 +91,15 @@ def load_model(ref: str) -> ModelSpec:
     if not _looks_like_path(ref):
         raise InputError("model", f"unknown model '{ref}' (known: {', '.join(model_names())}; or a .yaml/config.json path)")
     path = Path(ref)
-    if not path.is_file():
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"  # a Hugging Face model folder
+    elif path.is_dir():
+        raise InputError("model", f"'{ref}' is a folder without a config.json")
+    elif not path.is_file():
         raise InputError("model", f"no such file '{ref}'")
     if path.suffix == ".json":
         try:
-            cfg = json.loads(path.read_text())
+            cfg = json.loads(read_text_file(path, "model"))
         except json.JSONDecodeError as exc:
             raise InputError("model", f"not valid JSON ({exc.msg})", where=f"{path}:{exc.lineno}") from None
         if not isinstance(cfg, dict):
