@@ -44,8 +44,8 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
         raise InputError("gpus", f"must be a positive integer (got {gpus})")
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
-    if scale_out is not None and scale_out <= 0:
-        raise InputError("scale_out_gbit_per_s", f"must be positive (got {scale_out})")
+    if scale_out is not None and not (0 < scale_out < float("inf")):
+        raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
     spec = load_gpu(gpu)
     gpn = gpus_per_node or min(spec.default_gpus_per_node, gpus)
     return ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
@@ -107,6 +107,11 @@ def estimate(
 
     hpz_size = None
     try:
+        if gpus <= 0:
+            raise InputError("gpus", f"must be a positive integer (got {gpus})")
+        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
+            if value <= 0:
+                raise InputError(name, f"must be a positive integer (got {value})")
         if deepspeed_config is not None:
             from perfmodel.deepspeed_config import check_hpz_partition, load_deepspeed_config
 
@@ -125,9 +130,8 @@ def estimate(
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework)
-        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
-            if value <= 0:
-                raise InputError(name, f"must be a positive integer (got {value})")
+        if micro_batch <= 0:
+            raise InputError("micro_batch", f"must be a positive integer (got {micro_batch})")
         check_model_split(spec, tp, pp)
         dp_value = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
         try:
@@ -179,15 +183,20 @@ def validate(
         pred = predict_runs(df, load_calibration(calibration))
     except (InputError, ValidationError) as exc:
         fail(exc)
+    if out.is_dir():
+        fail(InputError("out", "is a folder; give a CSV file path", where=str(out)))
     out.parent.mkdir(parents=True, exist_ok=True)
     pred.to_csv(out, index=False)
     table, summary = error_table(df, pred)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         typer.echo("tokens/s/GPU absolute percentage error per source:")
         typer.echo(table.round(1).to_string())
+    counts = f"rows {summary['rows']}, ok {summary['ok']} ({summary['ok_fraction']:.1%}), scored {summary['scored']}"
+    if summary["scored"] == 0:
+        typer.echo(f"{counts}; no row could be scored (see status and reason in {out})")
+        raise typer.Exit(1 if summary["ok"] == 0 else 0)
     typer.echo(
-        f"rows {summary['rows']}, ok {summary['ok']} ({summary['ok_fraction']:.1%}), scored {summary['scored']}; "
-        f"MAPE overall {summary['mape_pct']:.1f}%, macro-averaged over sources {summary['macro_mape_pct']:.1f}%"
+        f"{counts}; MAPE overall {summary['mape_pct']:.1f}%, macro-averaged over sources {summary['macro_mape_pct']:.1f}%"
     )
 
 

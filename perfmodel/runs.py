@@ -83,8 +83,26 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     for col in REQUIRED:
         if col not in df:
             raise InputError(col, "required column missing from the runs CSV")
+    if "_row_errors" in df:  # cells the CSV reader could not read as numbers
+        errs = df["_row_errors"].fillna("").astype(str).to_numpy()
+        for i in np.flatnonzero(errs != ""):
+            mark(np.arange(n) == i, "invalid", errs[i])
+    for col in REQUIRED:
         blank = df[col].isna().to_numpy() | (df[col].astype(str).str.strip() == "").to_numpy()
         mark(blank, "invalid", f"{col}: blank (required)")
+    # sizes: whole numbers >= 1 (blank optional ones are filled below)
+    for col in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "n_gpus", "tp", "pp", "dp",
+                "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node"):
+        x = _num(df, col)
+        given = ~np.isnan(x)
+        mark(given & ~(np.isfinite(x) & (x >= 1) & (np.mod(x, 1) == 0)), "invalid",
+             f"{col}: must be a whole number >= 1")
+    for col in ("scale_out_gbit_per_s_per_node",):
+        x = _num(df, col)
+        mark(~np.isnan(x) & ~(np.isfinite(x) & (x > 0)), "invalid", f"{col}: must be a positive number")
+    for col, allowed in (("zero_stage", (0, 1, 2, 3)), ("sp", (0, 1)), ("tied_embeddings", (0, 1))):
+        x = _num(df, col)
+        mark(~np.isnan(x) & ~np.isin(x, allowed), "invalid", f"{col}: must be one of {allowed}")
 
     framework = _text(df, "framework")
     network = _text(df, "network")
@@ -112,11 +130,21 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     kv = _num(df, "n_kv_heads")
     kv = np.where(np.isnan(kv), heads, kv)
     mark(np.mod(heads, tp) != 0, "invalid", "tp: must divide n_heads")
+    mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
+    mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
+    # pp need not divide n_layers here: measured runs with uneven stages (nanotron) are costed with
+    # the busiest stage's ceil(n_layers / pp) layers
     vpp = np.nan_to_num(_num(df, "vpp"), nan=1.0)
+    mark((vpp > 1) & (pp == 1), "invalid", "vpp: must be 1 when pp is 1")
+    gpn_col = _num(df, "gpus_per_node")
+    mark(~np.isnan(gpn_col) & (n_gpus > gpn_col) & (np.mod(n_gpus, gpn_col) != 0), "invalid",
+         "gpus_per_node: must divide n_gpus when the run spans nodes")
 
     precision = _text(df, "precision")
     precision = np.where(precision == "", np.where(np.char.startswith(gpu_name.astype(str), "v100"), "fp16", "bf16"),
                          precision)
+    mark(~np.isin(precision, ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]), "unsupported",
+         "precision: not one of bf16, fp16, fp8, mxfp8, nvfp4")
     sp_col = _num(df, "sp")
     megatron = np.isin(framework, list(MEGATRON_FAMILY))
     sp = np.where(np.isnan(sp_col), megatron, sp_col > 0) & (tp > 1)

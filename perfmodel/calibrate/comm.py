@@ -26,7 +26,7 @@ import typer
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.costs.comm import OPS, collective_time_s, op_factor
 from perfmodel.errors import InputError
-from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec
+from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nvlink_domain
 from perfmodel.units import GB_BYTES, US_S
 
 CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency")
@@ -48,14 +48,6 @@ def network_overrides(cal: Calibration, network: str | None, op: str) -> dict[st
     if op in OP_SPECIFIC:
         out.update({k.split(".", 1)[1]: v for k, v in over.items() if k.startswith(f"{op}.")})
     return out
-
-
-def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
-    """NVLink reaches the node's GPUs, or more where the GPU's domain spans nodes (NVL72)."""
-    multi_node = gpu.nvlink_domain_gpus > gpu.default_gpus_per_node
-    if multi_node and gpu.nvlink_domain_gpus % gpus_per_node == 0:
-        return gpu.nvlink_domain_gpus
-    return gpus_per_node
 
 
 def collective_inputs(
@@ -118,10 +110,12 @@ def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, s
         raise InputError("gpus", f"a collective needs at least 2 GPUs (got {n_gpus})")
     if gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
-    if n_gpus % gpus_per_node:
-        raise InputError("gpus", f"must be a multiple of gpus_per_node (gpus={n_gpus}, gpus_per_node={gpus_per_node})")
-    if scale_out is not None and scale_out <= 0:
-        raise InputError("scale_out_gbit_per_s", f"must be positive (got {scale_out})")
+    if n_gpus > gpus_per_node and n_gpus % gpus_per_node:
+        raise InputError(
+            "gpus", f"must be a multiple of gpus_per_node when it spans nodes (gpus={n_gpus}, gpus_per_node={gpus_per_node})"
+        )
+    if scale_out is not None and not (0 < scale_out < float("inf")):
+        raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
 
 
 def comm_result(

@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
-from perfmodel.calibration_profile import Calibration
+from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
 from perfmodel.errors import InputError
@@ -75,6 +75,8 @@ def run_calibration(
     )
 
     spec = load_gpu(gpu)
+    if Path(out).is_dir():
+        raise InputError("out", "is a folder; give a YAML file path", where=str(out))
     if not any((nccl_tests, traces, logs, gemms, runs)):
         raise InputError("inputs", "give at least one of --nccl-tests, --trace, --log, --gemm, --runs")
     inputs: list[dict] = []
@@ -84,7 +86,9 @@ def run_calibration(
     parsed_gemm = [(p, parse_gemm_csv(p)) for p in map(Path, gemms)]
     parsed_runs = [(p, read_runs_csv(p)) for p in map(Path, runs)]
 
-    cal = base or Calibration()
+    # start from the shipped default profile: a partial calibration (one nccl-tests file, say)
+    # overrides what it fits and keeps every other fitted value
+    cal = base if base is not None else load_calibration(None)
     gpus_over: dict[str, dict[str, float]] = {}
     if parsed_nccl:
         try:

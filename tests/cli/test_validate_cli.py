@@ -51,10 +51,16 @@ def test_missing_required_column(tmp_path):
     assert_one_error_line(res, "run_id")
 
 
-def test_non_numeric_cell(tmp_path):
-    src = write_runs(tmp_path / "runs.csv", [dict(ROW, tp="abc")])
-    res = runner.invoke(app, ["validate", str(src), "--out", str(tmp_path / "p.csv")])
-    assert_one_error_line(res, "tp")
+def test_non_numeric_cell_makes_that_row_invalid(tmp_path):
+    """One bad cell does not reject the file: the row is 'invalid' with the cell named (CONTRACT)."""
+    import pandas as pd
+
+    src = write_runs(tmp_path / "runs.csv", [dict(ROW, tp="abc"), ROW])
+    out = tmp_path / "p.csv"
+    runner.invoke(app, ["validate", str(src), "--out", str(out)])
+    pred = pd.read_csv(out)
+    assert list(pred["status"]) == ["invalid", "ok"]
+    assert "tp" in pred["reason"].iloc[0] and "abc" in pred["reason"].iloc[0]
 
 
 def test_empty_file(tmp_path):

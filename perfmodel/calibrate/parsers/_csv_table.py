@@ -53,15 +53,19 @@ def require_columns(df: pd.DataFrame, required: list[str], path: str | Path,
 
 
 def to_numeric(df: pd.DataFrame, columns: list[str], lines: list[int],
-               path: str | Path, *, integer: bool = False) -> None:
-    """Convert ``columns`` in place (blank -> NaN); a non-numeric cell -> InputError."""
+               path: str | Path, *, integer: bool = False, row_errors: list[str] | None = None) -> None:
+    """Convert ``columns`` in place (blank -> NaN). A non-numeric cell raises InputError, or, when
+    ``row_errors`` (one string per row) is given, becomes NaN and is noted in that row's entry."""
     for col in columns:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
         values = pd.to_numeric(cells.where(cells != "", None), errors="coerce")
         bad = values.isna() & (cells != "") & (cells.str.lower() != "nan")
-        if bad.any():
+        if bad.any() and row_errors is None:
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise InputError(col, f"not a number: {cells.iloc[i]!r}", f"{path}:{lines[i]}")
+        for i in np.flatnonzero(bad.to_numpy()):
+            note = f"{col}: not a number ({cells.iloc[i]!r})"
+            row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
         if integer and values.notna().all() and (values == values.round()).all():
             values = values.astype("int64")
         df[col] = values

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.calibrate.parsers._csv_table import read_csv_text
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 
 _SIZE_RE = re.compile(r"^([\d.]+)\s*(B|KiB|MiB|GiB|TiB)$")
 _SIZE_BYTES = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -48,7 +48,7 @@ def parse_markdown_tables(path: str | Path) -> list[pd.DataFrame]:
     path = Path(path)
     tables: list[pd.DataFrame] = []
     block: list[list[str]] = []
-    for raw in path.read_text(errors="replace").splitlines() + [""]:
+    for raw in read_text_file(path, "table", errors="replace").splitlines() + [""]:
         line = raw.strip()
         if line.startswith("|") and line.endswith("|"):
             block.append([c.strip() for c in line[1:-1].split("|")])
@@ -85,7 +85,7 @@ def parse_size_bw_table(path: str | Path) -> pd.DataFrame:
              "busbw": "busbw_gb_per_s"}
     columns: list[str] | None = None
     rows: list[list[float]] = []
-    for lineno, raw in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    for lineno, raw in enumerate(read_text_file(path, "table", errors="replace").splitlines(), start=1):
         tokens = raw.split()
         if columns is None:
             if tokens and tokens[0] == "size" and set(tokens) <= set(names):

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
                      "broadcast", "reduce", "gather", "scatter"]
@@ -206,7 +206,7 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
 def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
     """Every benchmark table in an nccl-tests output file, in file order."""
     path = Path(path)
-    lines = path.read_text(errors="replace").splitlines()
+    lines = read_text_file(path, "nccl-tests", errors="replace").splitlines()
     file_version = _nccl_version("\n".join(lines))
     results: list[NcclTestsResult] = []
     ctx: list[str] = []

@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.errors import InputError
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
 
 REQUIRED_COLUMNS = ["run_id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads",
-                    "seq_len", "gpu", "n_gpus", "tp", "pp", "dp", "global_batch", "framework"]
+                    "seq_len", "gpu", "n_gpus", "tp", "pp", "dp", "global_batch"]
+#: a row's cells that could not be read as numbers (the row is ``invalid``, the file still reads)
+ROW_ERRORS = "_row_errors"
 INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
                "vocab_size", "seq_len", "tied_embeddings", "n_experts", "moe_top_k", "n_gpus",
                "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero_stage",
@@ -37,14 +40,19 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     """Every schema column present (absent optional ones added as NaN), then any extras."""
     df, lines, header_line = read_csv_text(path)
     require_columns(df, REQUIRED_COLUMNS, path, header_line)
+    if df.empty:
+        raise InputError("runs csv", "no data rows after the header", f"{path}:{header_line}")
     for col in SCHEMA_COLUMNS:
         if col not in df.columns:
             df[col] = np.nan
+    row_errors = [""] * len(df)
     for col in INT_COLUMNS:
-        to_numeric(df, [col], lines, path, integer=True)
-    to_numeric(df, FLOAT_COLUMNS, lines, path)
+        to_numeric(df, [col], lines, path, integer=True, row_errors=row_errors)
+    to_numeric(df, FLOAT_COLUMNS, lines, path, row_errors=row_errors)
     for col in [c for c in df.columns if c not in INT_COLUMNS + FLOAT_COLUMNS]:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
         df[col] = cells.where(cells != "", np.nan)
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
-    return df[SCHEMA_COLUMNS + extras]
+    out = df[SCHEMA_COLUMNS + extras].copy()
+    out[ROW_ERRORS] = row_errors
+    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
            "samples_per_s", "mfu", "framework", "line"]
@@ -84,7 +84,7 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     rows: list[dict] = []
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
-    for lineno, raw in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    for lineno, raw in enumerate(read_text_file(path, "log", errors="replace").splitlines(), start=1):
         text = re.sub(r"^\s*(?:\[rank\d+\]:|\d+:\s)", "", raw)
         step = _PROFILE_STEP.search(text)
         if step:
