@@ -22,6 +22,13 @@ from perfmodel.specs.hardware import AcceleratorSpec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 
+#: what a fabric's entry in ``networks`` may set (fitted by ``perfmodel.calibrate.fit_collectives``)
+NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency")
+NETWORK_GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
+NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
+#: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
+NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
 GPU_OVERRIDABLE = {"matmul_efficiency_max", "intra_node_latency_us", "scale_out_latency_us", "attention_efficiency_max"}
 
 
@@ -52,6 +59,23 @@ class Calibration(BaseModel):
         """Nodes at which the fabric's delivered bandwidth halves (inf: no congestion modelled)."""
         default = self.cost_constants().congestion_nodes
         return float(self.networks.get((network or "").strip().lower(), {}).get("congestion_nodes", default))
+
+    def network_values(self, network: str | None, op: str | None = None) -> dict[str, float]:
+        """The fabric's fitted values; for ``op`` its own (``all_to_all.nic_efficiency``) win."""
+        over = self.networks.get((network or "").strip().lower(), {})
+        out = {k: v for k, v in over.items() if "." not in k}
+        if op in NETWORK_OP_SPECIFIC:
+            out.update({k.split(".", 1)[1]: v for k, v in over.items() if k.startswith(f"{op}.")})
+        return out
+
+    def for_network(self, spec: AcceleratorSpec, network: str | None, op: str | None = None):
+        """(constants, GPU spec, collective-shape values) with the fabric's fitted values applied."""
+        over = self.network_values(network, op)
+        constants = self.cost_constants().model_copy(
+            update={k: over[k] for k in NETWORK_CONSTANT_KEYS if k in over})
+        gpu = self.gpu(spec).model_copy(update={k: over[k] for k in NETWORK_GPU_KEYS if k in over})
+        shape = {k: float(over.get(k, d)) for k, d in NETWORK_SHAPE_DEFAULTS.items()}
+        return constants, gpu, shape
 
     def gpu(self, spec: AcceleratorSpec) -> AcceleratorSpec:
         over = self.gpus.get(spec.name, {})

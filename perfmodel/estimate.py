@@ -100,7 +100,8 @@ def model_arrays(model: ModelSpec) -> dict[str, float]:
 
 
 def cluster_arrays(
-    cluster: ClusterSpec, precision: str, constants: CostConstants, congestion_nodes: float = float("inf")
+    cluster: ClusterSpec, precision: str, constants: CostConstants, congestion_nodes: float = float("inf"),
+    shape: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Hardware inputs in SI. Fabric congestion (``congestion_nodes``) derates each collective by the
     nodes it spans (``collective_time_s``); ``fabric_slowdown`` = 1 + job nodes / congestion_nodes
@@ -120,6 +121,10 @@ def cluster_arrays(
         / cluster.gpus_per_node
         * constants.nic_efficiency,
         "congestion_nodes": congestion_nodes,
+        # the fabric's collective shape (fit_collectives): flat ring across nodes, latency growth, ring steps
+        "ring_inter_node": (shape or {}).get("ring_inter_node", 0.0),
+        "latency_log2_coeff": (shape or {}).get("latency_log2_coeff", 0.5),
+        "ring_step_latency_s": (shape or {}).get("ring_step_latency_us", 0.0) * US_S,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
         "fabric_slowdown": 1.0 / congestion,
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
@@ -207,15 +212,15 @@ def build_inputs(
     """STEP_INPUTS of one configuration. ``hpz_partition_size``: DeepSpeed's zero_hpz_partition_size
     alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / (tp cp) DP ranks."""
     cal = calibration if calibration is not None else load_calibration(None)
-    constants = cal.cost_constants()
-    cluster = cluster.model_copy(update={"gpu": cal.gpu(cluster.gpu)})
+    constants, gpu, shape = cal.for_network(cluster.gpu, cluster.network)
+    cluster = cluster.model_copy(update={"gpu": gpu})
     profile = cal.framework(job.framework)
     flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention
     inputs = {
         **model_arrays(model),
         "seq_len": job.seq_len,
         "global_batch": job.global_batch,
-        **cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network)),
+        **cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape),
         **parallel_arrays(par),
         **framework_arrays(profile, flash),
         **constant_arrays(constants),

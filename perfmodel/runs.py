@@ -169,16 +169,17 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     gpn = _num(df, "gpus_per_node")
     scale_out = _num(df, "scale_out_gbit_per_s_per_node")
 
-    # per-row hardware and framework arrays (looked up once per distinct value)
+    # per-row hardware (with the row's fabric applied) and framework arrays
     hw_keys = None
     hw_rows: list[dict] = []
     fw_rows: list[dict] = []
     for i in range(n):
         try:
-            gpu = cal.gpu(load_gpu(gpu_name[i]))
+            spec = load_gpu(gpu_name[i])
         except InputError:
             mark(np.arange(n) == i, "unsupported", f"gpu: no profile for '{gpu_name[i]}'")
-            gpu = cal.gpu(load_gpu("h100-sxm5-80gb"))
+            spec = load_gpu("h100-sxm5-80gb")
+        net_constants, gpu, shape = cal.for_network(spec, network[i])
         g = int(gpn[i]) if np.isfinite(gpn[i]) and gpn[i] > 0 else gpu.default_gpus_per_node
         n_g = int(n_gpus[i]) if np.isfinite(n_gpus[i]) and n_gpus[i] > 0 else g
         g = min(g, n_g) if n_g < g else g
@@ -191,7 +192,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             ),
             scale_out_latency_us=gpu.scale_out_latency_us,
         )
-        hw_rows.append(cluster_arrays(cluster, precision[i], constants, cal.congestion_nodes(network[i])))
+        hw_rows.append(cluster_arrays(cluster, precision[i], net_constants, cal.congestion_nodes(network[i]), shape))
         profile = cal.framework(framework[i])
         fw_rows.append(framework_arrays(profile, uses_flash_attention(framework[i], gpu_name[i]) and profile.flash_attention))
         hw_keys = hw_rows[-1].keys()

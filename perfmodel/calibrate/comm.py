@@ -23,31 +23,17 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 
-from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load_calibration
 from perfmodel.costs.comm import OPS, collective_time_s, op_factor
 from perfmodel.errors import InputError
 from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nvlink_domain
 from perfmodel.units import GB_BYTES, US_S
 
-CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency")
-GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
-SHAPE_KEYS = ("ring_inter_node", "latency_log2_coeff", "ring_step_latency_us")
-SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
-OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
-"""Ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)."""
+OP_SPECIFIC = NETWORK_OP_SPECIFIC
 
 
 def network_key(network: str | None) -> str:
     return (network or "").strip().lower()
-
-
-def network_overrides(cal: Calibration, network: str | None, op: str) -> dict[str, float]:
-    """The fabric's fitted values; ``all_to_all.nic_efficiency`` beats ``nic_efficiency``."""
-    over = cal.networks.get(network_key(network), {})
-    out = {k: v for k, v in over.items() if "." not in k}
-    if op in OP_SPECIFIC:
-        out.update({k.split(".", 1)[1]: v for k, v in over.items() if k.startswith(f"{op}.")})
-    return out
 
 
 def collective_inputs(
@@ -59,15 +45,11 @@ def collective_inputs(
     op: str,
     calibration: Calibration,
 ) -> dict[str, float]:
-    """SI inputs of ``collective_time_s`` for a whole-cluster group, calibration applied."""
+    """SI inputs of ``collective_time_s`` for a whole-cluster group, calibration applied (the same
+    ``Calibration.for_network`` and ``cluster_arrays`` the step model uses)."""
     from perfmodel.estimate import cluster_arrays  # estimate imports the step model; keep it lazy
 
-    over = network_overrides(calibration, network, op)
-    constants = calibration.cost_constants().model_copy(
-        update={k: over[k] for k in CONSTANT_KEYS if k in over}
-    )
-    spec = calibration.gpu(gpu)
-    spec = spec.model_copy(update={k: over[k] for k in GPU_KEYS if k in over})
+    constants, spec, shape = calibration.for_network(gpu, network, op)
     cluster = ClusterSpec(
         gpu=spec,
         n_gpus=n_gpus,
@@ -77,9 +59,8 @@ def collective_inputs(
         scale_out_latency_us=spec.scale_out_latency_us,
         network=network,
     )
-    congestion = over.get("congestion_nodes", calibration.congestion_nodes(network))
-    arrays = cluster_arrays(cluster, "bf16", constants, congestion)
-    return {**arrays, **{k: float(over.get(k, SHAPE_DEFAULTS[k])) for k in SHAPE_KEYS}}
+    congestion = calibration.network_values(network, op).get("congestion_nodes", calibration.congestion_nodes(network))
+    return cluster_arrays(cluster, "bf16", constants, congestion, shape)
 
 
 def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
@@ -96,7 +77,7 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
         inputs["inter_latency_s"],
         ring_inter_node=bool(inputs["ring_inter_node"]),
         latency_log2_coeff=inputs["latency_log2_coeff"],
-        ring_step_latency_s=inputs["ring_step_latency_us"] * US_S,
+        ring_step_latency_s=inputs["ring_step_latency_s"],
         congestion_nodes=inputs["congestion_nodes"],
     )
 
