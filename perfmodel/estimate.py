@@ -257,5 +257,6 @@ def estimate(
             "gpus_per_node": cluster.gpus_per_node,
             "scale_out_gbit_per_s_per_node": cluster.scale_out_gbit_per_s_per_node,
             **parallel.model_dump(mode="json"), **job.model_dump(mode="json"),
+            "zeropp": ",".join(sorted(parallel.zeropp)),  # same form as recommend's (a comma list)
         },
     )

@@ -301,7 +301,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     n_gpus = tp * pp * dp * cp
     tokens_per_step = B * s
-    flops_per_token = model_flops_per_token(L, h, ffn, a, kv, V, mm, s, causal=True)
+    # MFU numerator: PaLM (Chowdhery et al. 2022, App. B) model FLOPs, attention not causally halved
+    flops_per_token = model_flops_per_token(L, h, ffn, a, kv, V, mm, s, causal=False)
     out = {**time, **memory}
     out["iteration_time_s"] = iteration_time
     out["memory_gib"] = memory_gib

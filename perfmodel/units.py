@@ -5,7 +5,6 @@ GIB_BYTES = 1024**3
 GB_BYTES = 1e9
 TFLOP = 1e12
 US_S = 1e-6
-MS_S = 1e-3
 
 
 def gbit_per_s_to_bytes_per_s(x_gbit_per_s):

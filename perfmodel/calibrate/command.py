@@ -113,7 +113,8 @@ def run_calibration(
             med = residuals.get(str(p))
             inputs.append({"kind": "nccl-tests", "path": _rel(p), "sha256": sha256_of(p),
                            "points": int(sum(len(t.rows) for t in ts)), "median_abs_err_pct_ge_1MiB": med})
-            echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| (>= 1 MiB) = {med}")
+            shown = f"{med:.1f}%" if isinstance(med, (int, float)) else "n/a"
+            echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
     for p, g in parsed_gemm:
         eff, errs = fit_gemm(g, spec.name)
         gpus_over.setdefault(spec.name, {})["matmul_efficiency_max"] = eff
@@ -133,7 +134,10 @@ def run_calibration(
         med = float(it.median()) if len(it) else None
         inputs.append({"kind": "log", "path": _rel(p), "sha256": sha256_of(p), "points": len(log),
                        "median_iteration_time_s": med})
-        echo(f"log {p}: {len(log)} iteration lines, median iteration time {med} s")
+        tps = log["tokens_per_s_per_gpu"].dropna() if "tokens_per_s_per_gpu" in log else log.iloc[0:0]
+        what = (f"median iteration time {med:.3f} s" if med is not None
+                else f"median {float(tps.median()):,.0f} tokens/s/GPU" if len(tps) else "no timing fields")
+        echo(f"log {p}: {len(log)} iteration lines, {what}")
     if gpus_over:
         merged = {**cal.gpus}
         for k, v in gpus_over.items():

@@ -48,21 +48,44 @@ def _looks_like_path(ref: str) -> bool:
 
 
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
-    """Map a Hugging Face config.json (Llama/Mistral/Qwen style or GPT-2 style) to a ModelSpec."""
+    """Map a Hugging Face config.json (Llama/Mistral/Qwen/Gemma style or GPT-2 style) to a ModelSpec.
+
+    Nothing is guessed: a config the dense-transformer model cannot represent (mixture of
+    experts, a head_dim other than hidden/heads) or one without the fields that decide the shape
+    is an error naming the field."""
     def pick(*keys, default=None):
         for k in keys:
             if cfg.get(k) is not None:
                 return cfg[k]
         return default
 
-    hidden = pick("hidden_size", "n_embd", "d_model")
-    layers = pick("num_hidden_layers", "n_layer", "num_layers")
-    heads = pick("num_attention_heads", "n_head")
-    if hidden is None or layers is None or heads is None:
-        raise InputError("model", "config.json needs hidden_size, num_hidden_layers and num_attention_heads", where=where)
-    act = str(pick("hidden_act", "activation_function", default="gelu")).lower()
-    gated = act in ("silu", "swiglu", "swish") or "llama" in str(cfg.get("model_type", "")).lower()
-    ffn = pick("intermediate_size", "n_inner", "ffn_dim", default=None) or 4 * hidden
+    def need(field, *keys):
+        value = pick(*keys)
+        if value is None:
+            raise InputError(f"model.{field}", f"config.json must give one of {', '.join(keys)}", where=where)
+        return value
+
+    hidden = need("hidden_size", "hidden_size", "n_embd", "d_model")
+    layers = need("n_layers", "num_hidden_layers", "n_layer", "num_layers")
+    heads = need("n_heads", "num_attention_heads", "n_head")
+    vocab = need("vocab_size", "vocab_size")
+    for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
+        if (pick(key) or 0) > 1:
+            raise InputError("model", f"mixture-of-experts ({key}={cfg[key]}) is not modelled (dense transformers only)",
+                             where=where)
+    head_dim = pick("head_dim")
+    if head_dim is not None and heads and head_dim * heads != hidden:
+        raise InputError("model.head_dim", f"head_dim * num_attention_heads ({head_dim}*{heads}) must equal "
+                         f"hidden_size ({hidden}): decoupled head dims are not modelled", where=where)
+    model_type = str(cfg.get("model_type", "")).lower()
+    act = pick("hidden_act", "hidden_activation", "activation_function")
+    if act is None and not model_type:
+        raise InputError("model.mlp", "config.json gives neither hidden_act nor model_type", where=where)
+    act = str(act or "").lower()
+    # gated MLPs (gate, up, down): SwiGLU (silu) and GeGLU (Gemma's gelu_pytorch_tanh)
+    gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma",
+                                                                 "gemma2", "olmo", "olmo2", "phi3")
+    ffn = pick("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
     data = dict(
         name=name,
         n_layers=layers,
@@ -70,10 +93,10 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         ffn_hidden_size=ffn,
         n_heads=heads,
         n_kv_heads=pick("num_key_value_heads", default=heads),
-        vocab_size=pick("vocab_size", default=32000),
+        vocab_size=vocab,
         mlp="swiglu" if gated else "gelu",
         tied_embeddings=bool(pick("tie_word_embeddings", default=not gated)),
-        learned_pos_emb=cfg.get("model_type") in ("gpt2", "opt", "gpt_bigcode"),
+        learned_pos_emb=model_type in ("gpt2", "opt", "gpt_bigcode"),
         max_seq_len=pick("max_position_embeddings", "n_positions", "n_ctx"),
         source=where,
     )

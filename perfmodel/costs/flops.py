@@ -66,7 +66,9 @@ def model_flops_per_token(
     n_layers, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, vocab_size, mlp_matrices, seq_len, causal=True
 ):
     """Model FLOPs per trained token (forward + backward = 3x forward), no recomputation.
-    This is the numerator of MFU (PaLM, Chowdhery et al. 2022, App. B convention)."""
+    With ``causal=False`` this is the numerator of MFU in the PaLM convention (Chowdhery et al.
+    2022, App. B: 6N + 12 L H Q T), which perfmodel reports; ``causal=True`` counts only the
+    attention work a causal flash kernel does."""
     fwd = n_layers * (
         layer_gemm_flops_per_token(hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices)
         + attention_flops_per_token(hidden_size, seq_len, causal)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfmodel.units import GIB_BYTES, TFLOP, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
+from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
 
 class AcceleratorSpec(BaseModel):
@@ -144,12 +144,3 @@ class ClusterSpec(BaseModel):
             scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
             network=network,
         )
-
-    @property
-    def scale_out_bytes_per_s_per_gpu(self) -> float:
-        """Each GPU's share of its node's NICs (rail-optimized: one NIC per GPU)."""
-        return gbit_per_s_to_bytes_per_s(self.scale_out_gbit_per_s_per_node) / self.gpus_per_node
-
-    @property
-    def scale_out_latency_s(self) -> float:
-        return self.scale_out_latency_us * US_S
