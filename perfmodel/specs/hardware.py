@@ -84,10 +84,14 @@ class AcceleratorSpec(BaseModel):
 
 def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
     """NVLink reaches across nodes only on multi-node NVLink systems (NVL72: 72 GPUs over 18
-    trays of 4); on HGX-style boards the domain is the node, whatever its GPU count."""
+    trays of 4). On HGX-style boards it is the node, but never more than one board: a node of 16
+    H100s holds two 8-GPU NVLink islands."""
     spans_nodes = gpu.nvlink_domain_gpus > gpu.default_gpus_per_node
     if spans_nodes and gpu.nvlink_domain_gpus % gpus_per_node == 0:
         return gpu.nvlink_domain_gpus
+    board = gpu.nvlink_domain_gpus
+    if gpus_per_node > board and gpus_per_node % board == 0:
+        return board
     return gpus_per_node
 
 
@@ -108,10 +112,10 @@ class ClusterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
-        if self.nvlink_domain_gpus % self.gpus_per_node:
+        if self.nvlink_domain_gpus % self.gpus_per_node and self.gpus_per_node % self.nvlink_domain_gpus:
             raise ValueError(
-                f"gpus_per_node ({self.gpus_per_node}) must divide nvlink_domain_gpus "
-                f"({self.nvlink_domain_gpus})"
+                f"gpus_per_node ({self.gpus_per_node}) and nvlink_domain_gpus ({self.nvlink_domain_gpus}) "
+                "must divide one another"
             )
         if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
             raise ValueError(
