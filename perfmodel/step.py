@@ -168,9 +168,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
     # to host memory after its forward and comes back before its backward, on a copy stream that
     # overlaps the forward / backward compute of the stage
-    act_mb_bytes = activation_bytes_per_layer(
+    act_layer = activation_bytes_per_layer(
         s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
-    ) * layers
+    )
+    act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
     offload_mb = np.maximum(copy_s - layers * layer_f, 0.0) + np.maximum(copy_s - layers * layer_b, 0.0)
     offload_mb = np.where(f64["offload_fraction"] > 0, offload_mb, 0.0)
@@ -276,9 +277,6 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # (ZeRO++ paper, hpZ; DeepSpeed _partition_param_sec), rebuilt after every optimizer step
     hpz_secondary = np.where(hpz > 0, hpz_secondary_bytes(params_gpu, hpz_group), 0.0)
     weights = weights + hpz_secondary
-    act_layer = activation_bytes_per_layer(
-        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
-    )
     # full recompute re-materialises one layer's activations during its backward
     act_working = np.where(
         rc == RECOMPUTE_FULL,
