@@ -85,6 +85,22 @@ class Calibration(BaseModel):
 EMPTY = Calibration()
 
 
+def _check_gpu_override(name: str, over: dict, where: str) -> None:
+    """A GPU override must satisfy the GPU profile's own field rules (e.g. 0 < efficiency <= 1)."""
+    import math
+
+    from perfmodel.catalog import gpu_names, load_gpu
+
+    for key, value in over.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise InputError(f"calibration.gpus.{name}.{key}", f"must be a finite number (got {value!r})", where=where)
+    template = load_gpu(name if name in gpu_names() else "h100-sxm5-80gb")
+    try:
+        AcceleratorSpec(**{**template.model_dump(), **over})
+    except ValidationError as exc:
+        raise from_validation_error(exc, f"calibration.gpus.{name}", where=where) from None
+
+
 def load_calibration(path: str | Path | None) -> Calibration:
     """The calibration in ``path``; with None, the shipped default profile (or none)."""
     if path is None:
@@ -119,6 +135,7 @@ def _load(path_str: str) -> Calibration:
             bad = set(over) - GPU_OVERRIDABLE
             if bad:
                 raise InputError(f"calibration.gpus.{name}", f"only {sorted(GPU_OVERRIDABLE)} can be overridden (got {sorted(bad)})", where=str(path))
+            _check_gpu_override(name, over, str(path))
     except ValidationError as exc:
         raise from_validation_error(exc, "calibration", where=str(path)) from None
     return cal

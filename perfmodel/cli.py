@@ -36,12 +36,18 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+MAX_GPUS = 1 << 20  # a million GPUs: well beyond any cluster, small enough to enumerate
+MAX_COUNT = (1 << 31) - 1  # sequences per batch / tokens per sequence (int32 in the search arrays)
+
+
 def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
     from perfmodel.catalog import load_gpu
     from perfmodel.specs import ClusterSpec
 
     if gpus <= 0:
         raise InputError("gpus", f"must be a positive integer (got {gpus})")
+    if gpus > MAX_GPUS:
+        raise InputError("gpus", f"must be at most {MAX_GPUS:,} (got {gpus:,})")
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if scale_out is not None and not (0 < scale_out < float("inf")):
@@ -53,6 +59,10 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
 
 def build_job(global_batch, seq_len, precision, framework):
     from perfmodel.specs import JobSpec
+
+    for name, value in (("global_batch", global_batch), ("seq_len", seq_len)):
+        if value > MAX_COUNT:
+            raise InputError(name, f"must be at most {MAX_COUNT:,} (got {value:,})")
 
     try:
         return JobSpec(global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)

@@ -109,7 +109,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     gpu_name = _text(df, "gpu")
     mlp = _text(df, "mlp")
     mlp = np.where(mlp == "", "gelu", mlp)
-    mark(~np.isin(mlp, list(MLP_MATRICES)), "unsupported", "mlp: kind not modelled")
+    mark(~np.isin(mlp, list(MLP_MATRICES)), "invalid", f"mlp: must be one of {', '.join(MLP_MATRICES)}")
     n_experts = _num(df, "n_experts")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
     # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
@@ -155,7 +155,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mark(np.array([bool(z) for z in zpp_sets]) & (zero != 3), "invalid", "zeropp: requires zero_stage 3")
     rc_text = _text(df, "recompute")
     recompute_given = rc_text != ""
-    mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "unsupported", "recompute: mode not modelled")
+    mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "invalid",
+         f"recompute: must be one of {', '.join(RECOMPUTE_CODES)}")
     recompute = np.array([RECOMPUTE_CODES.get(r, 0) for r in rc_text], dtype=float)
     # the data set files Kuaishou's "ours" under selective: for megatron-kwai it is balanced recompute
     recompute = np.where((framework == "megatron-kwai") & (rc_text == "selective"), RECOMPUTE_CODES["balanced"], recompute)

@@ -84,15 +84,19 @@ def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
     gb = pd.to_numeric(df["global_batch"], errors="coerce").to_numpy(dtype=float)
     s = pd.to_numeric(df["seq_len"], errors="coerce").to_numpy(dtype=float)
     g = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float)
-    from_time = gb * s / it / g
-    from_tflops = tflops * 1e12 / convention_flops_per_token(df)
-    return np.where(np.isfinite(tok), tok, np.where(np.isfinite(from_time), from_time, from_tflops))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        from_time = gb * s / it / g
+        from_tflops = tflops * 1e12 / convention_flops_per_token(df)
+    truth = np.where(np.isfinite(tok), tok, np.where(np.isfinite(from_time), from_time, from_tflops))
+    # a measurement that is not a positive finite number cannot score a prediction
+    return np.where(np.isfinite(truth) & (truth > 0), truth, np.nan)
 
 
 def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per-source table (rows, ok, MAPE %, median APE %) and overall / macro MAPE."""
     truth = measured_tokens_per_s_per_gpu(df)
-    ape = np.abs(pred["pred_tokens_per_s_per_gpu"].to_numpy() / truth - 1.0) * 100.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ape = np.abs(pred["pred_tokens_per_s_per_gpu"].to_numpy() / truth - 1.0) * 100.0
     frame = pd.DataFrame({
         "source": source_slug(df["run_id"]).to_numpy(),
         "ok": (pred["status"] == "ok").to_numpy(),

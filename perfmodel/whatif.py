@@ -81,8 +81,8 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
         values = list(values) if not isinstance(values, (str, bytes)) else [values]
         if not values:
             raise InputError(f"sweep.{name}", "needs at least one value")
-        if name in NUMERIC and not all(float(v) > 0 for v in values):
-            raise InputError(f"sweep.{name}", f"values must be positive (got {values})")
+        if name in NUMERIC and not all(0 < float(v) < float("inf") for v in values):
+            raise InputError(f"sweep.{name}", f"values must be positive finite numbers (got {values})")
         out[name] = values
     return out
 

@@ -75,6 +75,10 @@ def run_calibration(
     )
 
     spec = load_gpu(gpu)
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
+    if scale_out_gbit_per_s is not None and not (0 < scale_out_gbit_per_s < float("inf")):
+        raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out_gbit_per_s})")
     if Path(out).is_dir():
         raise InputError("out", "is a folder; give a YAML file path", where=str(out))
     if not any((nccl_tests, traces, logs, gemms, runs)):

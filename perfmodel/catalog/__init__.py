@@ -63,6 +63,8 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         value = pick(*keys)
         if value is None:
             raise InputError(f"model.{field}", f"config.json must give one of {', '.join(keys)}", where=where)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"model.{field}", f"must be a JSON integer (got {value!r})", where=where)
         return value
 
     hidden = need("hidden_size", "hidden_size", "n_embd", "d_model")

@@ -27,6 +27,8 @@ def parse_vary(items: list[str]) -> dict[str, list]:
         name = name.strip().replace("-", "_")
         if not sep or name not in VARIABLES:
             raise InputError("vary", f"must be NAME=V1,V2,... with NAME one of {', '.join(VARIABLES)} (got {item!r})")
+        if name in out:
+            raise InputError(f"vary.{name}", "given twice; list all its values in one --vary NAME=V1,V2,...")
         try:
             out[name] = [CASTS[name](v.strip()) for v in values.split(",") if v.strip()]
         except ValueError:
@@ -106,4 +108,6 @@ def whatif_command(
         if out is not None:
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
     if not (df["status"] == "ok").any():
+        reasons = "; ".join(sorted(set(df.get("reason", pd.Series(dtype=str)).dropna().astype(str))))[:300]
+        typer.echo(f"error: no point of the sweep is feasible{': ' + reasons if reasons else ''}", err=True)
         raise typer.Exit(1)

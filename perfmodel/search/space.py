@@ -14,6 +14,7 @@ by default the ``zeropp`` field of every candidate is the empty string.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,10 +77,13 @@ REASONS: dict[int, str] = {
 }
 
 
-def divisors(n: int) -> np.ndarray:
-    """Positive divisors of n, ascending."""
-    d = np.arange(1, int(n) + 1)
-    return d[n % d == 0]
+def divisors(n: int, limit: int | None = None) -> np.ndarray:
+    """Positive divisors of n (at most ``limit``), ascending; O(sqrt n) memory and time."""
+    n = int(n)
+    small = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
+    small = small[n % small == 0]
+    d = np.unique(np.concatenate([small, n // small]))
+    return d if limit is None else d[d <= limit]
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     """
     L, B = model.n_layers, job.global_batch
     vpp_vals = np.unique(np.concatenate([divisors(L), divisors(L + 2)])).astype(np.int32)
-    mb_vals = divisors(B).astype(np.int32)
-    mb_vals = mb_vals[mb_vals <= MAX_MICRO_BATCH]
+    mb_vals = divisors(B, MAX_MICRO_BATCH).astype(np.int32)
     n_late = 2 * 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size  # sp x zero x recompute x cp kind x offload
 
     rejected: dict[str, int] = {}

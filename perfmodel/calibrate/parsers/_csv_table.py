@@ -5,22 +5,20 @@ Leading ``#`` lines (provenance headers) are skipped; the first other line is th
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 
 
 def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
     """(all cells as str, file line of each row, file line of the header)."""
     path = Path(path)
-    try:
-        fh = path.open(newline="", encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError("file", f"cannot read ({exc.strerror})", where=str(path)) from None
-    with fh:
+    text = read_text_file(path, "csv")
+    with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         header: list[str] | None = None
         header_line = 0
@@ -59,12 +57,14 @@ def to_numeric(df: pd.DataFrame, columns: list[str], lines: list[int],
     for col in columns:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
         values = pd.to_numeric(cells.where(cells != "", None), errors="coerce")
-        bad = values.isna() & (cells != "") & (cells.str.lower() != "nan")
+        bad = (values.isna() & (cells != "") & (cells.str.lower() != "nan")) | (
+            values.notna() & ~np.isfinite(values.astype(float)))
+        values = values.where(~bad)
         if bad.any() and row_errors is None:
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise InputError(col, f"not a number: {cells.iloc[i]!r}", f"{path}:{lines[i]}")
         for i in np.flatnonzero(bad.to_numpy()):
-            note = f"{col}: not a number ({cells.iloc[i]!r})"
+            note = f"{col}: not a finite number ({cells.iloc[i]!r})"
             row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
         if integer and values.notna().all() and (values == values.round()).all():
             values = values.astype("int64")
