@@ -1,0 +1,70 @@
+"""Through the real entry point (``perfmodel`` main): every failure is one ``error:`` line, exit 2,
+no traceback; a runs CSV with broken rows still yields one output row per input row."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = ROOT / "calibration" / "data" / "runs" / "calibration_runs.csv"
+BASE = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "8"]
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "perfmodel.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def assert_one_error(res, field=None):
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert "Traceback" not in res.stderr
+    if field:
+        assert field in lines[0]
+
+
+@pytest.mark.parametrize("args,field", [
+    (["estimate", *BASE[:5], "abc", *BASE[6:]], "gpus"),               # not an integer (usage error)
+    (["estimate", *BASE, "--bogus"], "bogus"),                         # unknown option
+    (["validate", str(RUNS)], "out"),                                  # missing option
+    (["estimate", *BASE, "--scale-out-gbit-per-s", "inf"], "scale_out"),
+    (["recommend", *BASE[:7], "99999999999999"], "global_batch"),      # would not fit the search arrays
+    (["calibrate", "--gpu", "h100-sxm5-80gb", "--runs", str(RUNS), "--gpus-per-node", "0", "--out", "x.yaml"],
+     "gpus_per_node"),
+    (["whatif", *BASE, "--vary", "gpus=8", "--vary", "gpus=16"], "vary.gpus"),
+])
+def test_bad_input_is_one_line(args, field):
+    assert_one_error(run(*args), field)
+
+
+def test_binary_and_folder_inputs(tmp_path):
+    binary = tmp_path / "x.yaml"
+    binary.write_bytes(b"\xff\xfe\x00bin")
+    assert_one_error(run("estimate", "--model", str(binary), *BASE[2:]), "not a text file")
+    assert_one_error(run("estimate", *BASE, "--calibration", str(binary)), "calibration")
+    assert_one_error(run("validate", str(tmp_path), "--out", str(tmp_path / "p.csv")), "folder")
+    header_only = tmp_path / "h.csv"
+    header_only.write_text(RUNS.read_text().splitlines()[0] + "\n")
+    assert_one_error(run("validate", str(header_only), "--out", str(tmp_path / "p.csv")), "no data rows")
+
+
+def test_broken_rows_are_invalid_and_the_rest_predicted(tmp_path):
+    df = pd.read_csv(RUNS, dtype=str).head(8)
+    df.loc[0, "tp"] = "abc"
+    df.loc[1, "n_layers"] = "-4"
+    df.loc[2, "seq_len"] = "inf"
+    df.loc[3, "zero_stage"] = "7"
+    df.loc[4, "mlp"] = "tanh"
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    out = tmp_path / "pred.csv"
+    res = run("validate", str(src), "--out", str(out))
+    assert res.returncode == 0 and "Traceback" not in res.stderr
+    pred = pd.read_csv(out)
+    assert list(pred["run_id"]) == list(df["run_id"])
+    assert list(pred["status"][:5]) == ["invalid"] * 5
+    for i, field in enumerate(["tp", "n_layers", "seq_len", "zero_stage", "mlp"]):
+        assert field in pred["reason"][i]
+    assert (pred["status"][5:] == "ok").all()
