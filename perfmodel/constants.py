@@ -49,6 +49,11 @@ class CostConstants(BaseModel):
         0.88, gt=0, le=1.2,
         description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak): H100 70.9% / 80.3% (kernels.csv).",
     )
+    fp4_matmul_efficiency_ratio: float = Field(
+        0.88, gt=0, le=1.2,
+        description="Like fp8_matmul_efficiency_ratio, for 4-bit (nvfp4) GEMMs against their 4-bit peak "
+        "(recipes keep some GEMMs and the quantization in higher precision).",
+    )
     host_link_efficiency: float = Field(
         0.8, gt=0, le=1, description="Achieved / nominal GPU-host bandwidth for pinned async copies (PCIe ~80%)."
     )

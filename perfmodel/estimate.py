@@ -160,7 +160,7 @@ def constant_arrays(constants: CostConstants) -> dict[str, float]:
     keys = (
         "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
         "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
-        "matmul_training_efficiency",
+        "matmul_training_efficiency", "fp4_matmul_efficiency_ratio",
     )
     return {k: getattr(constants, k) for k in keys}
 

@@ -57,7 +57,7 @@ STEP_INPUTS = (
     # constants
     "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
-    "matmul_training_efficiency",
+    "matmul_training_efficiency", "fp4_matmul_efficiency_ratio",
 )
 
 TIME_PARTS = (
@@ -83,7 +83,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     eff_max, sms = f64["matmul_efficiency_max"], f64["n_sms"]
 
     # low-precision GEMMs reach a smaller fraction of their (doubled) peak: MAMF fp8/bf16 ratio
-    gemm_eff = eff_max * f64["matmul_training_efficiency"] * np.where(peak > peak16, f64["fp8_matmul_efficiency_ratio"], 1.0)
+    # (4-bit peaks are ~4x the 16-bit ones, 8-bit ~2x)
+    lowp_ratio = np.where(peak > 2.5 * peak16, f64["fp4_matmul_efficiency_ratio"],
+                          np.where(peak > peak16, f64["fp8_matmul_efficiency_ratio"], 1.0))
+    gemm_eff = eff_max * f64["matmul_training_efficiency"] * lowp_ratio
 
     def gemm(m_, n_, k_):
         return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke

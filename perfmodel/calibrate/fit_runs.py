@@ -39,6 +39,7 @@ OVERHEAD_PARAMS = {
 GLOBAL_PARAMS = {
     "attn_efficiency_max": (0.15, 0.9, 0.5),
     "fp8_matmul_efficiency_ratio": (0.3, 1.1, 0.8),
+    "fp4_matmul_efficiency_ratio": (0.1, 1.1, 0.6),
 }
 #: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
 ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
