@@ -96,8 +96,16 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         names.append((kind, key, param))
         lo.append(bounds[0]); hi.append(bounds[1]); x0.append(bounds[2])
 
+    # a global parameter is fitted only when some rows inform it (else it keeps its default)
+    lowp = inputs["gemm_peak_flop_per_s"] / inputs["bf16_peak_flop_per_s"]
+    informed = {
+        "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0)).any()),
+        "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5)).any()),
+        "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
+    }
     for p, b in GLOBAL_PARAMS.items():
-        add("global", "", p, b)
+        if informed.get(p, True):
+            add("global", "", p, b)
     nets, net_counts = np.unique(network[ok & (n_nodes > 1)], return_counts=True)
     for net, cnt in zip(nets, net_counts):
         # a fabric whose congestion the collective benchmarks already fitted keeps that value
