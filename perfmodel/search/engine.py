@@ -364,6 +364,7 @@ def search(
     usd_per_gpu_hour: float | None = None,
     top: int | None = None,
     progress: bool = False,
+    zeropp: bool | None = None,
 ) -> pd.DataFrame:
     """Search the parallel configurations of ``job`` on ``cluster``; a DataFrame, best first.
 
@@ -377,7 +378,8 @@ def search(
 
         model = load_model(model)
     res = run_search(model, cluster, job, calibration, gpu_counts=gpu_counts, objective=objective,
-                     train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress)
+                     train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
+                     zeropp=zeropp)
     df = res.candidates
     if res.pareto is not None:
         df.attrs["pareto"] = res.pareto.to_dict("records")
