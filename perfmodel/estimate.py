@@ -21,7 +21,7 @@ from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
-from perfmodel.units import GIB_BYTES, US_S, gbit_per_s_to_bytes_per_s
+from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
 
 
 def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
@@ -104,11 +104,9 @@ def cluster_arrays(
     shape: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Hardware inputs in SI. Fabric congestion (``congestion_nodes``) derates each collective by the
-    nodes it spans (``collective_time_s``); ``fabric_slowdown`` = 1 + job nodes / congestion_nodes
-    inflates fixed per-message costs under the whole job's load."""
+    nodes it spans (``collective_time_s``) and, through the job's node count, inflates fixed
+    per-message costs under the whole job's load (``step_costs``)."""
     gpu = cluster.gpu
-    n_nodes = max(cluster.n_gpus / cluster.gpus_per_node, 1.0)
-    congestion = 1.0 / (1.0 + n_nodes / congestion_nodes) if n_nodes > 1 else 1.0
     return {
         "gemm_peak_flop_per_s": gpu.peak_flop_per_s(precision),
         "bf16_peak_flop_per_s": gpu.peak_flop_per_s("bf16"),
@@ -126,10 +124,10 @@ def cluster_arrays(
         "latency_log2_coeff": (shape or {}).get("latency_log2_coeff", 0.5),
         "ring_step_latency_s": (shape or {}).get("ring_step_latency_us", 0.0) * US_S,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
-        "fabric_slowdown": 1.0 / congestion,
+        "job_nodes": max(cluster.n_gpus / cluster.gpus_per_node, 1.0),
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
-        "host_link_bytes_per_s": gpu.host_link_gb_per_s * 1e9 * constants.host_link_efficiency,
+        "host_link_bytes_per_s": gb_per_s_to_bytes_per_s(gpu.host_link_gb_per_s) * constants.host_link_efficiency,
         "host_memory_bytes_per_gpu": constants.host_memory_gib_per_gpu * GIB_BYTES,
         "inter_latency_s": cluster.scale_out_latency_us * US_S,
     }

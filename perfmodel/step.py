@@ -44,7 +44,7 @@ STEP_INPUTS = (
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "fabric_slowdown", "congestion_nodes",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes",
     "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
     "intra_latency_s", "inter_latency_s",
     # parallel
@@ -184,8 +184,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
+    # fixed per-message costs grow with the whole job's load on a congesting fabric (1 + nodes / N_c)
+    fabric_slowdown = np.where(f64["job_nodes"] > 1, 1.0 + f64["job_nodes"] / f64["congestion_nodes"], 1.0)
     p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), pp_stride) + np.where(
-        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"] * f64["fabric_slowdown"], 0.0
+        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"] * fabric_slowdown, 0.0
     )
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
 

@@ -159,7 +159,6 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             if kind == "network":
                 cong = np.where(network == key, v, cong)
         arrs["congestion_nodes"] = cong
-        arrs["fabric_slowdown"] = np.where(n_nodes > 1, 1.0 + n_nodes / cong, 1.0)
         return arrs
 
     def residual(x):

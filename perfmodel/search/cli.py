@@ -8,7 +8,6 @@ The option types come from ``perfmodel.cli_options``, shared with ``perfmodel es
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer

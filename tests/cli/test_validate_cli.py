@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 from typer.testing import CliRunner
 
 from perfmodel.calibrate.parsers.runs_csv import SCHEMA_COLUMNS

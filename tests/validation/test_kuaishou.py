@@ -3,7 +3,6 @@
 import importlib.util
 from pathlib import Path
 
-import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kuaishou_cases.py"
 spec = importlib.util.spec_from_file_location("kuaishou_cases", SCRIPT)
