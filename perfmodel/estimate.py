@@ -14,65 +14,51 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel import rules
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.constants import CostConstants
 from perfmodel.errors import InputError
 from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
+from perfmodel.rules import first_broken
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
 
 
+def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> dict[str, np.ndarray]:
+    """One configuration as the 0-d arrays ``perfmodel.rules`` reads."""
+    x = {
+        "n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
+        "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
+        "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "vpp": par.vpp, "micro_batch": par.micro_batch,
+        "sp": int(par.sp), "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
+        "cp_ulysses": int(par.cp_kind == "ulysses"), "offload_fraction": par.offload_fraction,
+        "hpz": int("hpz" in par.zeropp),
+        "n_layers": model.n_layers, "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads,
+        "seq_len": job.seq_len, "global_batch": job.global_batch,
+    }
+    out = {k: np.asarray(v) for k, v in x.items()}
+    out["framework"] = np.asarray((job.framework or "").lower(), dtype=object)
+    return out
+
+
 def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
-    """Rules between the model's shape and its TP/PP split."""
-    if model.n_heads % tp:
-        raise InputError("tp", f"must divide n_heads (tp={tp}, n_heads={model.n_heads})")
-    if model.n_layers % pp and (model.n_layers + 2) % pp:
-        raise InputError(
-            "pp",
-            f"must divide n_layers, or n_layers + 2 with embedding and loss counted as layers "
-            f"(Megatron-Core account_for_embedding/loss_in_pipeline_split) (pp={pp}, n_layers={model.n_layers})",
-        )
+    """Rules between the model's shape and its TP/PP split (``perfmodel.rules``)."""
+    x = {"tp": np.asarray(tp), "pp": np.asarray(pp), "n_heads": np.asarray(model.n_heads),
+         "n_layers": np.asarray(model.n_layers)}
+    broken = first_broken((rules.TP_HEADS, rules.PP_LAYERS), x)
+    if broken is not None:
+        raise InputError(broken.field, broken.message(x))
 
 
 def check_config(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> None:
-    """Cross-field rules; raise InputError naming the field, the rule and the values."""
-    check_model_split(model, par.tp, par.pp)
-    if model.n_kv_heads % par.tp and par.tp % model.n_kv_heads:
-        raise InputError(
-            "tp", f"must divide n_kv_heads or be a multiple of it (tp={par.tp}, n_kv_heads={model.n_kv_heads})"
-        )
-    layers_per_stage = -(-model.n_layers // par.pp)
-    if layers_per_stage % par.vpp and (model.n_layers + 2) // par.pp % par.vpp:
-        raise InputError("vpp", f"must divide layers per stage (vpp={par.vpp}, layers per stage={layers_per_stage})")
-    if par.n_gpus != cluster.n_gpus:
-        raise InputError(
-            "dp",
-            f"tp*pp*dp*cp must equal gpus ({par.tp}*{par.pp}*{par.dp}*{par.cp}={par.n_gpus}, gpus={cluster.n_gpus})",
-        )
-    if job.global_batch % (par.micro_batch * par.dp):
-        raise InputError(
-            "global_batch",
-            f"must be a multiple of micro_batch*dp (global_batch={job.global_batch}, "
-            f"micro_batch*dp={par.micro_batch * par.dp})",
-        )
-    if par.cp > 1 and par.cp_kind == "ring" and job.seq_len % (2 * par.cp):
-        # Megatron's load-balanced ring splits each sequence into 2*cp chunks (rank r: r and 2cp-1-r)
-        raise InputError("cp", f"ring CP needs seq_len divisible by 2*cp (cp={par.cp}, seq_len={job.seq_len})")
-    if job.seq_len % par.cp:
-        raise InputError("cp", f"must divide seq_len (cp={par.cp}, seq_len={job.seq_len})")
-    if par.cp_kind == "ulysses" and par.cp > 1 and (model.n_heads // par.tp) % par.cp:
-        raise InputError(
-            "cp", f"ulysses needs cp to divide the heads per TP rank (cp={par.cp}, n_heads/tp={model.n_heads // par.tp})"
-        )
-    if par.offload_fraction > 0 and par.pp < 3:
-        raise InputError(
-            "offload_fraction",
-            f"activation offloading needs pp >= 3 (Megatron-Kwai) (offload_fraction={par.offload_fraction}, pp={par.pp})",
-        )
-    if "hpz" in par.zeropp and cluster.n_gpus % min(cluster.gpus_per_node, cluster.n_gpus):
-        raise InputError("zeropp", "hpz needs gpus_per_node to divide the GPU count")
+    """Cross-field rules (``perfmodel.rules.CONFIG_RULES``); raise InputError naming the field, the
+    rule and the values."""
+    x = config_arrays(model, cluster, par, job)
+    broken = first_broken(rules.CONFIG_RULES, x)
+    if broken is not None:
+        raise InputError(broken.field, broken.message(x))
 
 
 def derive_dp(n_gpus: int, tp: int, pp: int, cp: int) -> int:
@@ -140,6 +126,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "tp_overlap": profile.tp_overlap,
         "dp_overlap": profile.dp_overlap,
         "param_gather_overlap": profile.param_gather_overlap,
+        "zero1_all_reduce_grads": float(profile.zero1_all_reduce_grads),
         "pp_overlap": profile.pp_overlap,
         "layer_overhead_s": profile.layer_overhead_s,
         "microbatch_overhead_s": profile.microbatch_overhead_s,

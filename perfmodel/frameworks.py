@@ -47,6 +47,10 @@ class FrameworkProfile(BaseModel):
         0.0, ge=0, description="ZeRO-3: latency per ring step of each per-parameter gather/reduce "
         "(n-1 steps over n ranks): launch, hook and NCCL step cost of fetching one weight."
     )
+    zero1_all_reduce_grads: bool = Field(
+        False, description="ZeRO-1 keeps the full gradient all-reduce (overlapped like plain DP) and then "
+        "all-gathers the updated parameters after the optimizer step, instead of a reduce-scatter."
+    )
     grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")
     runtime_reserved_gib: float = Field(3.0, ge=0, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     source: str = ""
@@ -82,7 +86,10 @@ PROFILES: dict[str, FrameworkProfile] = {
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
     "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="GPT-NeoX (Megatron-DeepSpeed based)"),
     "nanotron": FrameworkProfile(
-        dp_overlap=0.5, source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels",
+        dp_overlap=0.5, zero1_all_reduce_grads=True,
+        source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "
+        "(src/nanotron/optim/zero.py ZeroDistributedOptimizer) updates its shard of the all-reduced "
+        "gradient, then step() all-gathers the parameters (_all_gather_params), after the backward",
     ),
     "torchtitan": FrameworkProfile(
         dp_overlap=0.9, param_gather_overlap=0.9, zero3_overlap=0.9, source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter",

@@ -15,6 +15,7 @@ from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError
 from perfmodel.estimate import cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
+from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.model import MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES
@@ -122,20 +123,22 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     tp, pp, dp, cp = (_num(df, c, 1.0) for c in ("tp", "pp", "dp", "cp"))
     cp = np.nan_to_num(cp, nan=1.0)
     n_gpus = _num(df, "n_gpus")
-    mark(tp * pp * dp * cp != n_gpus, "invalid", "tp*pp*dp*cp: must equal n_gpus")
     mb = np.nan_to_num(_num(df, "micro_batch"), nan=1.0)
     gb = _num(df, "global_batch")
-    mark(np.mod(gb, mb * dp) != 0, "invalid", "global_batch: must be a multiple of micro_batch*dp")
     heads = _num(df, "n_heads")
     kv = _num(df, "n_kv_heads")
     kv = np.where(np.isnan(kv), heads, kv)
-    mark(np.mod(heads, tp) != 0, "invalid", "tp: must divide n_heads")
+    vpp = np.nan_to_num(_num(df, "vpp"), nan=1.0)
+    # the layout rules shared with estimate and the search (perfmodel.rules.RUN_RULES); pp need not
+    # divide n_layers here: measured runs with uneven stages (nanotron) are costed with the busiest
+    # stage's ceil(n_layers / pp) layers
+    layout = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "micro_batch": mb, "global_batch": gb,
+              "n_gpus": n_gpus, "n_heads": heads}
+    with np.errstate(invalid="ignore"):
+        for rule in RUN_RULES:
+            mark(np.asarray(rule.broken(layout), dtype=bool), "invalid", f"{rule.field}: {rule.rule}")
     mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
     mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
-    # pp need not divide n_layers here: measured runs with uneven stages (nanotron) are costed with
-    # the busiest stage's ceil(n_layers / pp) layers
-    vpp = np.nan_to_num(_num(df, "vpp"), nan=1.0)
-    mark((vpp > 1) & (pp == 1), "invalid", "vpp: must be 1 when pp is 1")
     gpn_col = _num(df, "gpus_per_node")
     mark(~np.isnan(gpn_col) & (n_gpus > gpn_col) & (np.mod(n_gpus, gpn_col) != 0), "invalid",
          "gpus_per_node: must divide n_gpus when the run spans nodes")
@@ -170,38 +173,44 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     gpn = _num(df, "gpus_per_node")
     scale_out = _num(df, "scale_out_gbit_per_s_per_node")
 
-    # per-row hardware (with the row's fabric applied) and framework arrays
-    hw_keys = None
+    # hardware (with the row's fabric applied) and framework arrays: built once per distinct
+    # (gpu, fabric, GPUs per node, GPUs, bandwidth, precision, framework), then gathered per row
+    def key_col(x):  # blank -> -1, so blank cells compare equal (NaN != NaN)
+        return np.nan_to_num(x, nan=-1.0, posinf=-1.0, neginf=-1.0).tolist()
+
+    keys = list(zip(gpu_name, network, key_col(gpn), key_col(n_gpus), key_col(scale_out), precision, framework))
+    uniq: dict[tuple, int] = {}
+    index = np.array([uniq.setdefault(k, len(uniq)) for k in keys], dtype=np.int64)
     hw_rows: list[dict] = []
     fw_rows: list[dict] = []
-    for i in range(n):
+    no_profile: set[str] = set()
+    for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
-            spec = load_gpu(gpu_name[i])
+            spec = load_gpu(gpu_i)
         except InputError:
-            mark(np.arange(n) == i, "unsupported", f"gpu: no profile for '{gpu_name[i]}'")
+            no_profile.add(gpu_i)
             spec = load_gpu("h100-sxm5-80gb")
-        net_constants, gpu, shape = cal.for_network(spec, network[i])
-        g = int(gpn[i]) if np.isfinite(gpn[i]) and gpn[i] > 0 else gpu.default_gpus_per_node
-        n_g = int(n_gpus[i]) if np.isfinite(n_gpus[i]) and n_gpus[i] > 0 else g
-        g = min(g, n_g) if n_g < g else g
+        net_constants, gpu, shape = cal.for_network(spec, net_i)
+        g = int(gpn_i) if np.isfinite(gpn_i) and gpn_i > 0 else gpu.default_gpus_per_node
+        n_g = int(n_i) if np.isfinite(n_i) and n_i > 0 else g
+        g = min(g, n_g)
         cluster = ClusterSpec.model_construct(
             gpu=gpu, n_gpus=n_g, gpus_per_node=g,
             nvlink_domain_gpus=nvlink_domain(gpu, g),
             scale_out_gbit_per_s_per_node=(
-                scale_out[i] if np.isfinite(scale_out[i]) and scale_out[i] > 0
-                else gpu.default_scale_out_gbit_per_s_per_node
+                bw_i if np.isfinite(bw_i) and bw_i > 0 else gpu.default_scale_out_gbit_per_s_per_node
             ),
             scale_out_latency_us=gpu.scale_out_latency_us,
         )
-        hw_rows.append(cluster_arrays(cluster, precision[i], net_constants, cal.congestion_nodes(network[i]), shape))
-        profile = cal.framework(framework[i])
-        fw_rows.append(framework_arrays(profile, uses_flash_attention(framework[i], gpu_name[i]) and profile.flash_attention))
-        hw_keys = hw_rows[-1].keys()
+        hw_rows.append(cluster_arrays(cluster, prec_i, net_constants, cal.congestion_nodes(net_i), shape))
+        profile = cal.framework(fw_i)
+        fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, gpu_i) and profile.flash_attention))
+    for g in sorted(no_profile):
+        mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
     inputs: dict[str, np.ndarray] = {}
-    for key in hw_keys or ():
-        inputs[key] = np.array([r[key] for r in hw_rows], dtype=float)
-    for key in fw_rows[0].keys() if fw_rows else ():
-        inputs[key] = np.array([r[key] for r in fw_rows], dtype=float)
+    for rows in (hw_rows, fw_rows):
+        for key in rows[0].keys() if rows else ():
+            inputs[key] = np.array([r[key] for r in rows], dtype=float)[index]
     for key, val in constant_arrays(constants).items():
         inputs[key] = np.full(n, val, dtype=float)
 

@@ -51,7 +51,7 @@ STEP_INPUTS = (
     "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "qwz", "hpz", "qgz",
     "cp_ulysses", "offload_fraction", "host_link_bytes_per_s", "host_memory_bytes_per_gpu",
     # framework
-    "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap",
+    "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap", "zero1_all_reduce_grads",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "tp_internode_efficiency", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     # constants
@@ -204,7 +204,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     first_fwd = layers * layer_f
     dp_hidden_red = f64["dp_overlap"] * last_bwd
     exposed_red0 = np.maximum(ar - dp_hidden_red, 0.0)
-    exposed_red1 = np.maximum(rs - dp_hidden_red, 0.0) + np.maximum(ag - f64["param_gather_overlap"] * first_fwd, 0.0)
+    exposed_gather = np.maximum(ag - f64["param_gather_overlap"] * first_fwd, 0.0)
+    # ZeRO-1 as reduce-scatter + all-gather (Megatron distributed optimizer, DeepSpeed), or as the full
+    # all-reduce followed by the parameter all-gather after the step (nanotron ZeroDistributedOptimizer)
+    exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
+                            np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
     exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + exposed_red1
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel import rules
 from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from perfmodel.rules import reason_codes
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
 
 #: the parallel keys of ``STEP_INPUTS`` that the search varies (all else comes from the template)
@@ -37,44 +39,9 @@ OFFLOAD_FRACTIONS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 #: largest micro-batch the search tries (sequences); larger ones only add activation memory
 MAX_MICRO_BATCH = 16
 
-#: frameworks whose ZeRO-2/3 (or FSDP) does not compose with pipeline parallelism:
-#: DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
-#: parallelism" (deepspeed/runtime/pipe/engine.py); Megatron-LM's --use-torch-fsdp2 asserts
-#: pipeline_model_parallel_size == 1 (megatron/training/arguments.py, validate_args)
-ZERO23_NO_PP = {
-    "megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
-    "gpt-neox", "deepspeed",
-}
-
-#: stacks that implement Kuaishou's balanced recompute and activation offloading (Megatron-Kwai
-#: --kaimm-recompute-norm/--kaimm-recompute-mlp-activation-func, --kaimm-offload-activation-ratio)
-KWAI_FEATURES = {"megatron-kwai"}
-#: stacks with all-to-all (Ulysses) context parallelism: Megatron-Core --cp-comm-type a2a,
-#: DeepSpeed-Ulysses sequence parallelism
-ULYSSES_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "deepspeed",
-                      "megatron-deepspeed"}
-
-# ---- reason codes (0 = structurally valid) ---------------------------------------------------
+# ---- reason codes (0 = structurally valid): the rules of perfmodel.rules ------------------------
 OK = 0
-REASONS: dict[int, str] = {
-    1: "tp*pp*cp must divide gpus",
-    2: "tp must divide n_heads",
-    3: "tp must divide n_kv_heads or be a multiple of it",
-    4: "tp must fit in two NVLink domains",
-    5: "pp must divide n_layers (or n_layers + 2)",
-    6: "seq_len must be a multiple of 2*cp when cp > 1 (Megatron load-balanced CP)",
-    7: "dp must divide global_batch",
-    8: "vpp > 1 needs pp > 1",
-    9: "vpp must divide the layers per pipeline stage",
-    10: "interleaved schedule needs micro-batches >= pp",
-    11: "global_batch must be a multiple of micro_batch*dp",
-    12: "sp needs tp > 1",
-    13: "ZeRO-2/3 does not compose with pipeline parallelism in this framework",
-    14: "ZeRO sharding needs dp > 1 (identical to zero_stage 0)",
-    15: "ulysses needs cp > 1, cp dividing the heads per TP rank, and a framework that has it",
-    16: "activation offloading needs pp >= 3, no full recompute, and Megatron-Kwai",
-    17: "balanced recompute needs Megatron-Kwai",
-}
+REASONS: dict[int, str] = {code: r.reason for code, r in sorted(rules.RULES.items())}
 
 
 def divisors(n: int, limit: int | None = None) -> np.ndarray:
@@ -103,12 +70,12 @@ class Space:
         return self.size + sum(self.rejected.values())
 
 
-def _first_failure(rules: list[tuple[int, np.ndarray]], shape) -> np.ndarray:
-    """Reason code of the first rule that fails (0 when all hold); later rules never overwrite."""
-    reason = np.zeros(shape, dtype=np.int8)
-    for code, bad in reversed(rules):
-        reason = np.where(bad, np.int8(code), reason)
-    return reason
+def _job_values(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> dict:
+    """The model, cluster and job quantities the rules read (scalars, broadcast against the grid)."""
+    return {"n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
+            "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "n_layers": model.n_layers,
+            "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "seq_len": job.seq_len,
+            "global_batch": job.global_batch, "framework": np.asarray((job.framework or "").lower(), dtype=object)}
 
 
 def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -118,18 +85,10 @@ def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[d
     tp, pp, cp = (a.ravel() for a in np.meshgrid(d, d, d, indexing="ij"))
     mp = tp.astype(np.int64) * pp * cp  # up to gpus**3: int64
     dp = np.where(n % mp == 0, n // mp, 0).astype(np.int32)
-    L, a, kv = model.n_layers, model.n_heads, model.n_kv_heads
-    s, B = job.seq_len, job.global_batch
-    rules = [
-        (1, n % mp != 0),
-        (2, a % tp != 0),
-        (3, (kv % tp != 0) & (tp % kv != 0)),
-        (4, tp > 2 * cluster.nvlink_domain_gpus),
-        (5, (L % pp != 0) & ((L + 2) % pp != 0)),
-        (6, (cp > 1) & (s % (2 * cp) != 0)),
-        (7, (dp > 0) & (B % np.maximum(dp, 1) != 0)),
-    ]
-    reason = _first_failure(rules, tp.shape)
+    # CP kind is chosen later: ring's rule (seq_len divisible by 2 cp) is checked for every cp here
+    x = {**_job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp, "cp_ulysses": 0}
+    reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_DOMAINS, rules.PP_LAYERS,
+                           rules.CP_RING_SEQ, rules.CP_SEQ, rules.DP_BATCH), x, tp.shape)
     return {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, reason
 
 
@@ -170,54 +129,31 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(layouts, reason1 == OK)
 
     # ---- step 2: schedule (vpp, micro-batch) ---------------------------------------------------
+    job_x = _job_values(model, cluster, job)
     x = _expand(x, {"vpp": vpp_vals, "micro_batch": mb_vals})
-    tp, pp, dp, vpp, mb = x["tp"], x["pp"], x["dp"], x["vpp"], x["micro_batch"]
-    # layers per stage: Megatron splits L over pp, or L + 2 with embedding and loss counted as
-    # layers (account_for_embedding/loss_in_pipeline_split) -- the same rule as check_config
-    per_stage = -(-L // pp)
-    per_stage_acc = (L + 2) // pp
-    rules = [
-        (8, (vpp > 1) & (pp == 1)),
-        (9, (per_stage % vpp != 0) & (per_stage_acc % vpp != 0)),
-        (11, B % (mb * dp) != 0),
-        (10, (vpp > 1) & (B // (mb * dp) < pp)),
-    ]
-    reason2 = _first_failure(rules, tp.shape)
+    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO),
+                           {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason2, n_late)
     x = _keep(x, reason2 == OK)
 
     # ---- step 3: sequence parallelism, ZeRO stage, recompute (each filtered before the next) ---
     x = _expand(x, {"sp": np.array([0, 1], dtype=np.int32)})
-    reason3 = _first_failure([(12, (x["sp"] == 1) & (x["tp"] == 1))], x["tp"].shape)
+    reason3 = reason_codes((rules.SP_TP,), x, x["tp"].shape)
     _count(rejected, reason3, 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
-    framework = (job.framework or "").lower()
-    zero, pp, dp = x["zero_stage"], x["pp"], x["dp"]
-    rules = [
-        (13, (zero >= 2) & (pp > 1) & (framework in ZERO23_NO_PP)),
-        (14, (zero > 0) & (dp == 1)),
-    ]
-    reason4 = _first_failure(rules, zero.shape)
+    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
-    heads_per_tp = model.n_heads // x["tp"]
-    kwai = framework in KWAI_FEATURES
-    reason5 = _first_failure([
-        (15, (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | (heads_per_tp % x["cp"] != 0) | (framework not in ULYSSES_FRAMEWORKS))),
-        (17, (x["recompute"] == RECOMPUTE_BALANCED) & (not kwai)),
-    ], x["tp"].shape)
+    reason5 = reason_codes((rules.ULYSSES, rules.BALANCED), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)
     configs = _expand(x, {"offload_fraction": OFFLOAD_FRACTIONS})
-    reason6 = _first_failure(
-        [(16, (configs["offload_fraction"] > 0) & ((configs["pp"] < 3) | (configs["recompute"] == RECOMPUTE_FULL) | (not kwai)))],
-        configs["tp"].shape,
-    )
+    reason6 = reason_codes((rules.OFFLOAD,), {**job_x, **configs}, configs["tp"].shape)
     _count(rejected, reason6, 1)
     configs = _keep(configs, reason6 == OK)
     return Space(n_gpus=cluster.n_gpus, configs={k: configs[k] for k in PARALLEL_KEYS}, rejected=rejected)
@@ -225,57 +161,21 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
 
 def structural_violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, cfg: dict) -> list[str]:
     """The rules one configuration breaks (scalar check, used by tests and to explain a choice)."""
-    tp, pp, dp, cp, vpp = (int(cfg[k]) for k in ("tp", "pp", "dp", "cp", "vpp"))
-    mb, sp, zero = int(cfg["micro_batch"]), int(bool(cfg["sp"])), int(cfg["zero_stage"])
-    L, a, kv, s, B = model.n_layers, model.n_heads, model.n_kv_heads, job.seq_len, job.global_batch
-    bad = []
-    if tp * pp * dp * cp != cluster.n_gpus:
-        bad.append(REASONS[1])
-    if a % tp:
-        bad.append(REASONS[2])
-    if kv % tp and tp % kv:
-        bad.append(REASONS[3])
-    if tp > 2 * cluster.nvlink_domain_gpus:
-        bad.append(REASONS[4])
-    if L % pp and (L + 2) % pp:
-        bad.append(REASONS[5])
-    if cp > 1 and s % (2 * cp):
-        bad.append(REASONS[6])
-    if vpp > 1 and pp == 1:
-        bad.append(REASONS[8])
-    if -(-L // pp) % vpp and (L + 2) // pp % vpp:
-        bad.append(REASONS[9])
-    if B % (mb * dp):
-        bad.append(REASONS[11])
-    elif vpp > 1 and B // (mb * dp) < pp:
-        bad.append(REASONS[10])
-    if sp and tp == 1:
-        bad.append(REASONS[12])
-    if zero >= 2 and pp > 1 and (job.framework or "").lower() in ZERO23_NO_PP:
-        bad.append(REASONS[13])
-    if zero > 0 and dp == 1:
-        bad.append(REASONS[14])
-    fw = (job.framework or "").lower()
-    if int(cfg.get("cp_ulysses", 0)) and (cp == 1 or (a // tp) % cp or fw not in ULYSSES_FRAMEWORKS):
-        bad.append(REASONS[15])
     rc = cfg.get("recompute", 0)
     rc = {v: k for k, v in RECOMPUTE_NAMES.items()}.get(rc, rc) if isinstance(rc, str) else int(rc)
-    if "cp_kind" in cfg:
-        cfg = {**cfg, "cp_ulysses": int(cfg["cp_kind"] == "ulysses")}
-    if float(cfg.get("offload_fraction", 0.0)) > 0 and (pp < 3 or rc == RECOMPUTE_FULL or fw not in KWAI_FEATURES):
-        bad.append(REASONS[16])
-    if rc == RECOMPUTE_BALANCED and fw not in KWAI_FEATURES:
-        bad.append(REASONS[17])
-    return bad
+    uly = int(cfg["cp_kind"] == "ulysses") if "cp_kind" in cfg else int(cfg.get("cp_ulysses", 0))
+    x = {**_job_values(model, cluster, job),
+         **{k: np.asarray(int(cfg[k])) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},
+         "sp": np.asarray(int(bool(cfg["sp"]))), "recompute": np.asarray(rc), "cp_ulysses": np.asarray(uly),
+         "offload_fraction": np.asarray(float(cfg.get("offload_fraction", 0.0))),
+         "hpz": np.asarray(int("hpz" in str(cfg.get("zeropp", "")) or bool(cfg.get("hpz", 0))))}
+    return [r.reason for _, r in sorted(rules.RULES.items()) if bool(r.broken(x))]
 
 
 # ---- ZeRO++ (opt-in dimension) ---------------------------------------------------------------
 #: ZeRO++ parts as step inputs (Wang et al. 2023, arXiv 2306.10209): qwZ, hpZ (secondary group =
 #: one node's DP ranks), qgZ; only with ZeRO-3
 ZEROPP_KEYS = ("qwz", "hpz", "qgz")
-ZEROPP_REASONS: dict[int, str] = {
-    40: "ZeRO++ hpZ needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
-}
 #: memory rejection reported apart from the generic one: fits without, not with, the hpZ copy
 HPZ_MEMORY_REASON = "does not fit in GPU memory with the hpZ secondary partition (+2 Psi / alpha per GPU)"
 
@@ -299,11 +199,10 @@ def expand_zeropp(space: Space, cluster: ClusterSpec) -> Space:
     grid = _expand({k: v[z3] for k, v in c.items()},
                    {"qwz": np.array([0, 1], np.int32), "hpz": np.array([0, 1], np.int32),
                     "qgz": np.array([0, 1], np.int32)})
-    gpn = min(cluster.gpus_per_node, cluster.n_gpus)
-    bad = (grid["hpz"] == 1) & (cluster.n_gpus % gpn != 0)
+    bad = rules.HPZ_NODES.broken({"hpz": grid["hpz"], "n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node})
     rejected = dict(space.rejected)
     if bad.any():
-        rejected[ZEROPP_REASONS[40]] = rejected.get(ZEROPP_REASONS[40], 0) + int(bad.sum())
+        rejected[rules.HPZ_NODES.reason] = rejected.get(rules.HPZ_NODES.reason, 0) + int(bad.sum())
     grid = _keep(grid, ~bad)
     configs = {k: np.concatenate([base[k], grid[k]]) for k in base}
     return Space(n_gpus=space.n_gpus, configs=configs, rejected=rejected)

@@ -40,7 +40,7 @@ def test_small_runs_csv_round_trip(tmp_path):
     pred = pd.read_csv(out)
     assert pred["run_id"].tolist() == ["t-001", "t-002"]
     assert pred["status"].tolist() == ["ok", "invalid"]  # row 2: tp*pp*dp != n_gpus and tp !| heads
-    assert pred.loc[1, "reason"].split(":")[0] in ("tp", "tp*pp*dp*cp")
+    assert pred.loc[1, "reason"].split(":")[0] in ("tp", "dp")  # perfmodel.rules: GPUS is about dp
 
 
 def test_missing_required_column(tmp_path):

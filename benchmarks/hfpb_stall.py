@@ -1,0 +1,75 @@
+"""Why the HF Ultra-Scale Playbook sweep (``hfpb-*``, nanotron on an EFA H100 cluster) is hard to predict.
+
+``python benchmarks/hfpb_stall.py``
+
+An analysis, not a prediction: it reads the rows' measured throughput to sort them, after the
+model has predicted them from their configuration alone (shipped profile). For each row:
+
+* measured step time = global_batch * seq_len / (tokens/s/GPU * GPUs);
+* micro-batch slots = gradient-accumulation steps + pp - 1 (the 1F1B schedule's length);
+* excess per slot = (measured - predicted step time) / slots.
+
+Rows whose excess exceeds ``STALL_S_PER_SLOT`` are in a "stall mode": about one extra second
+per micro-batch slot, whatever the model size or micro-batch. The script prints how often that
+happens against the node count (cross-node-TP rows left out: their slowness is modelled), how
+long the stall is, the ZeRO-0 / ZeRO-1 twins that differ only in the ZeRO stage yet run at very
+different speeds, and the model's error inside and outside the stall mode.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.validate import predict_runs
+
+RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
+STALL_S_PER_SLOT = 0.4
+
+
+def analyse(runs: pd.DataFrame) -> dict:
+    hf = runs[runs.run_id.str.startswith("hfpb")].reset_index(drop=True)
+    pred = predict_runs(hf)
+    gpn = hf.gpus_per_node.fillna(8.0)
+    ga = hf.global_batch / (hf.micro_batch * hf.dp)
+    slots = ga + hf.pp - 1.0
+    measured_s = hf.global_batch * hf.seq_len / (hf.tokens_per_s_per_gpu * hf.n_gpus)
+    excess = (measured_s - pred.pred_iteration_time_s) / slots
+    stall = excess > STALL_S_PER_SLOT
+    nodes = hf.n_gpus / gpn
+    intra_tp = hf.tp <= gpn
+    by_nodes = pd.DataFrame({"nodes": nodes, "stall": stall})[intra_tp].groupby("nodes").stall.agg(["size", "mean"])
+    ape = 100.0 * np.abs(pred.pred_tokens_per_s_per_gpu / hf.tokens_per_s_per_gpu - 1.0)
+
+    keys = ["model_name", "n_gpus", "tp", "pp", "dp", "micro_batch", "global_batch"]
+    twins = hf[hf.zero_stage == 0].merge(hf[hf.zero_stage == 1], on=keys, suffixes=("_0", "_1"))
+    ratio = np.exp(np.abs(np.log(twins.tokens_per_s_per_gpu_1 / twins.tokens_per_s_per_gpu_0)))
+    return {
+        "rows": len(hf), "stall_fraction": float(stall.mean()),
+        "stall_fraction_by_nodes": by_nodes.rename(columns={"size": "rows", "mean": "stall_fraction"}),
+        "stall_excess_s_per_slot_median": float(excess[stall].median()),
+        "stall_excess_s_per_slot_iqr": (float(excess[stall].quantile(0.25)), float(excess[stall].quantile(0.75))),
+        "mape_all_pct": float(ape.mean()), "mape_stall_pct": float(ape[stall].mean()),
+        "mape_no_stall_pct": float(ape[~stall].mean()), "median_ape_no_stall_pct": float(ape[~stall].median()),
+        "zero_twins": len(twins), "zero_twins_over_3x": int((ratio > 3.0).sum()),
+        "zero_twins_max_ratio": float(ratio.max()),
+    }
+
+
+def main() -> None:
+    res = analyse(pd.read_csv(RUNS))
+    print(f"hfpb rows: {res['rows']}; in the stall mode (> {STALL_S_PER_SLOT} s extra per micro-batch slot): "
+          f"{100 * res['stall_fraction']:.0f}%")
+    lo, hi = res["stall_excess_s_per_slot_iqr"]
+    print(f"stall length per slot: median {res['stall_excess_s_per_slot_median']:.2f} s (IQR {lo:.2f}-{hi:.2f} s)")
+    print("share of stalled runs by node count (TP inside the node):")
+    print(res["stall_fraction_by_nodes"].round(2).to_string())
+    print(f"ZeRO-0 / ZeRO-1 twins (same model, GPUs, tp, pp, dp, micro-batch, batch): {res['zero_twins']}; "
+          f"{res['zero_twins_over_3x']} differ by more than 3x (at most {res['zero_twins_max_ratio']:.0f}x)")
+    print(f"model MAPE: all rows {res['mape_all_pct']:.1f}%, stalled {res['mape_stall_pct']:.1f}%, "
+          f"not stalled {res['mape_no_stall_pct']:.1f}% (median APE {res['median_ape_no_stall_pct']:.1f}%)")
+
+
+if __name__ == "__main__":
+    main()

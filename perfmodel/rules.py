@@ -1,0 +1,156 @@
+"""Structural rules of a parallel configuration, written once as numpy predicates.
+
+Each rule says which input it is about (``field``), what must hold (``rule``) and when it is
+broken, as a predicate over a mapping of arrays (or scalars) named like ``STEP_INPUTS`` plus
+``n_gpus``, ``framework`` and ``nvlink_domain_gpus``. Three callers apply them:
+
+* ``estimate.check_config`` raises the first broken rule of one configuration as an
+  ``InputError`` naming the field, the rule and the values (``CONFIG_RULES``);
+* ``search.space`` masks whole grids with a reason code per rule (``CONFIG_RULES`` plus the
+  search's own pruning rules, ``SEARCH_ONLY_RULES``);
+* ``runs.runs_to_inputs`` marks measured runs that break a rule ``invalid`` (``RUN_RULES``: a run
+  happened, so only the rules without which it cannot be costed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL
+
+#: frameworks whose ZeRO-2/3 (or FSDP) does not compose with pipeline parallelism:
+#: DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+#: parallelism" (deepspeed/runtime/pipe/engine.py); Megatron-LM's --use-torch-fsdp2 asserts
+#: pipeline_model_parallel_size == 1 (megatron/training/arguments.py, validate_args)
+ZERO23_NO_PP = frozenset({
+    "megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
+    "gpt-neox", "deepspeed",
+})
+#: stacks that implement Kuaishou's balanced recompute and activation offloading (Megatron-Kwai
+#: --kaimm-recompute-norm/--kaimm-recompute-mlp-activation-func, --kaimm-offload-activation-ratio)
+KWAI_FEATURES = frozenset({"megatron-kwai"})
+#: stacks with all-to-all (Ulysses) context parallelism: Megatron-Core --cp-comm-type a2a,
+#: DeepSpeed-Ulysses sequence parallelism
+ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "deepspeed",
+                                "megatron-deepspeed"})
+
+Arrays = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: int  # reason code in the search (int8, 0 = valid)
+    field: str  # the input the rule is about
+    rule: str  # what must hold, read after the field name
+    broken: Callable[[Arrays], np.ndarray]
+    shows: tuple[str, ...] = ()  # quantities quoted in a one-configuration message
+
+    @property
+    def reason(self) -> str:
+        """One line for the search's rejection table: ``tp must divide n_heads``."""
+        return f"{self.field} {self.rule}"
+
+    def message(self, x: Arrays) -> str:
+        """The rule with the values of one configuration, for an ``InputError``."""
+        values = ", ".join(f"{name}={_value(name, x)}" for name in self.shows)
+        return f"{self.rule} ({values})" if values else self.rule
+
+
+def _value(name: str, x: Arrays):
+    derived = {
+        "tp*pp*dp*cp": lambda: x["tp"] * x["pp"] * x["dp"] * x["cp"],
+        "micro_batch*dp": lambda: x["micro_batch"] * x["dp"],
+        "layers per stage": lambda: -(-x["n_layers"] // x["pp"]),
+        "micro-batches": lambda: x["global_batch"] // (x["micro_batch"] * x["dp"]),
+        "n_heads/tp": lambda: x["n_heads"] // x["tp"],
+        "gpus": lambda: x["n_gpus"],
+    }
+    v = derived[name]() if name in derived else x[name]
+    v = np.asarray(v).item() if np.ndim(v) == 0 or np.size(v) == 1 else v
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _framework_in(x: Arrays, names: frozenset[str]) -> np.ndarray:
+    return np.isin(np.asarray(x["framework"], dtype=object), list(names))
+
+
+def _per_stage_ok(x: Arrays, vpp) -> np.ndarray:
+    # layers per stage: Megatron splits L over pp, or L + 2 with embedding and loss counted as layers
+    # (Megatron-Core account_for_embedding/loss_in_pipeline_split)
+    L, pp = x["n_layers"], x["pp"]
+    return (-(-L // pp) % vpp == 0) | ((L + 2) // pp % vpp == 0)
+
+
+GPUS = Rule(1, "dp", "tp*pp*dp*cp must equal gpus",
+            lambda x: x["tp"] * x["pp"] * x["dp"] * x["cp"] != x["n_gpus"], ("tp*pp*dp*cp", "gpus"))
+TP_HEADS = Rule(2, "tp", "must divide n_heads", lambda x: x["n_heads"] % x["tp"] != 0, ("tp", "n_heads"))
+TP_KV_HEADS = Rule(3, "tp", "must divide n_kv_heads or be a multiple of it",
+                   lambda x: (x["n_kv_heads"] % x["tp"] != 0) & (x["tp"] % x["n_kv_heads"] != 0), ("tp", "n_kv_heads"))
+TP_DOMAINS = Rule(4, "tp", "must fit in two NVLink domains", lambda x: x["tp"] > 2 * x["nvlink_domain_gpus"])
+PP_LAYERS = Rule(
+    5, "pp", "must divide n_layers, or n_layers + 2 with embedding and loss counted as layers "
+    "(Megatron-Core account_for_embedding/loss_in_pipeline_split)",
+    lambda x: (x["n_layers"] % x["pp"] != 0) & ((x["n_layers"] + 2) % x["pp"] != 0), ("pp", "n_layers"))
+CP_RING_SEQ = Rule(6, "cp", "ring CP needs seq_len divisible by 2*cp (Megatron load-balanced CP)",
+                   lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 0) & (x["seq_len"] % (2 * x["cp"]) != 0),
+                   ("cp", "seq_len"))
+DP_BATCH = Rule(7, "dp", "must divide global_batch", lambda x: (x["dp"] > 0) & (x["global_batch"] % np.maximum(x["dp"], 1) != 0))
+VPP_PP = Rule(8, "vpp", "must be 1 when pp is 1", lambda x: (x["vpp"] > 1) & (x["pp"] == 1), ("vpp", "pp"))
+VPP_LAYERS = Rule(9, "vpp", "must divide the layers per pipeline stage",
+                  lambda x: ~_per_stage_ok(x, x["vpp"]), ("vpp", "layers per stage"))
+INTERLEAVED_MICRO = Rule(
+    10, "vpp", "interleaved schedule needs at least pp micro-batches",
+    lambda x: (x["vpp"] > 1) & (x["global_batch"] // (x["micro_batch"] * x["dp"]) < x["pp"]), ("micro-batches", "pp"))
+BATCH = Rule(11, "global_batch", "must be a multiple of micro_batch*dp",
+             lambda x: x["global_batch"] % (x["micro_batch"] * x["dp"]) != 0, ("global_batch", "micro_batch*dp"))
+SP_TP = Rule(12, "sp", "needs tp > 1", lambda x: (x["sp"] == 1) & (x["tp"] == 1))
+ZERO_PP = Rule(13, "zero_stage", "ZeRO-2/3 does not compose with pipeline parallelism in this framework",
+               lambda x: (x["zero_stage"] >= 2) & (x["pp"] > 1) & _framework_in(x, ZERO23_NO_PP),
+               ("zero_stage", "pp", "framework"))
+ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp > 1 (identical to zero_stage 0)",
+               lambda x: (x["zero_stage"] > 0) & (x["dp"] == 1))
+ULYSSES = Rule(
+    15, "cp", "with cp_kind ulysses must be > 1, divide the heads per TP rank, and the framework must have it",
+    lambda x: (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | ((x["n_heads"] // x["tp"]) % x["cp"] != 0)
+                                        | ~_framework_in(x, ULYSSES_FRAMEWORKS)),
+    ("cp", "n_heads/tp", "framework"))
+OFFLOAD = Rule(
+    16, "offload_fraction", "activation offloading needs pp >= 3, no full recompute, and Megatron-Kwai",
+    lambda x: (x["offload_fraction"] > 0) & ((x["pp"] < 3) | (x["recompute"] == RECOMPUTE_FULL)
+                                             | ~_framework_in(x, KWAI_FEATURES)),
+    ("offload_fraction", "pp", "framework"))
+BALANCED = Rule(17, "recompute", "balanced recompute needs Megatron-Kwai",
+                lambda x: (x["recompute"] == RECOMPUTE_BALANCED) & ~_framework_in(x, KWAI_FEATURES), ("framework",))
+CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
+HPZ_NODES = Rule(
+    40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
+    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
+    ("gpus_per_node", "gpus"))
+
+#: what a configuration given to estimate / whatif must satisfy, in the order they are reported
+CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, INTERLEAVED_MICRO, CP_RING_SEQ, CP_SEQ,
+                ULYSSES, OFFLOAD, BALANCED, ZERO_PP, HPZ_NODES)
+#: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
+#: beyond two NVLink domains are never worth costing
+SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)
+#: measured runs: only what is needed to cost a row (uneven pipeline stages did run, e.g. nanotron)
+RUN_RULES = (GPUS, BATCH, TP_HEADS, VPP_PP)
+RULES = {r.code: r for r in CONFIG_RULES + SEARCH_ONLY_RULES + (VPP_PP,)}
+
+
+def first_broken(rules, x: Arrays) -> Rule | None:
+    """The first rule of ``rules`` that one configuration breaks, or None."""
+    for r in rules:
+        if bool(np.any(r.broken(x))):
+            return r
+    return None
+
+
+def reason_codes(rules, x: Arrays, shape) -> np.ndarray:
+    """Per element, the code of the first rule of ``rules`` it breaks (0 where none)."""
+    reason = np.zeros(shape, dtype=np.int8)
+    for r in reversed(rules):
+        reason = np.where(np.broadcast_to(r.broken(x), shape), np.int8(r.code), reason)
+    return reason
