@@ -5,9 +5,10 @@ broken, as a predicate over a mapping of arrays (or scalars) named like ``STEP_I
 ``n_gpus``, ``framework`` and ``nvlink_domain_gpus``. Three callers apply them:
 
 * ``estimate.check_config`` raises the first broken rule of one configuration as an
-  ``InputError`` naming the field, the rule and the values (``CONFIG_RULES``);
-* ``search.space`` masks whole grids with a reason code per rule (``CONFIG_RULES`` plus the
-  search's own pruning rules, ``SEARCH_ONLY_RULES``);
+  ``InputError`` naming the field, the rule and the values (``CONFIG_RULES``: the layout is well
+  formed; a what-if the named stack cannot run is still costed);
+* ``search.space`` masks whole grids with a reason code per rule (``CONFIG_RULES``, what the stack
+  can run, ``CAPABILITY_RULES``, and the search's own pruning, ``SEARCH_ONLY_RULES``);
 * ``runs.runs_to_inputs`` marks measured runs that break a rule ``invalid`` (``RUN_RULES``: a run
   happened, so only the rules without which it cannot be costed).
 """
@@ -50,7 +51,7 @@ class Rule:
     @property
     def reason(self) -> str:
         """One line for the search's rejection table: ``tp must divide n_heads``."""
-        return f"{self.field} {self.rule}"
+        return f"{self.field} {self.rule}" if self.rule.split()[0] in ("must", "needs", "with") else self.rule
 
     def message(self, x: Arrays) -> str:
         """The rule with the values of one configuration, for an ``InputError``."""
@@ -111,33 +112,39 @@ ZERO_PP = Rule(13, "zero_stage", "ZeRO-2/3 does not compose with pipeline parall
                ("zero_stage", "pp", "framework"))
 ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp > 1 (identical to zero_stage 0)",
                lambda x: (x["zero_stage"] > 0) & (x["dp"] == 1))
-ULYSSES = Rule(
-    15, "cp", "with cp_kind ulysses must be > 1, divide the heads per TP rank, and the framework must have it",
-    lambda x: (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | ((x["n_heads"] // x["tp"]) % x["cp"] != 0)
-                                        | ~_framework_in(x, ULYSSES_FRAMEWORKS)),
-    ("cp", "n_heads/tp", "framework"))
-OFFLOAD = Rule(
-    16, "offload_fraction", "activation offloading needs pp >= 3, no full recompute, and Megatron-Kwai",
-    lambda x: (x["offload_fraction"] > 0) & ((x["pp"] < 3) | (x["recompute"] == RECOMPUTE_FULL)
-                                             | ~_framework_in(x, KWAI_FEATURES)),
-    ("offload_fraction", "pp", "framework"))
+ULYSSES_HEADS = Rule(
+    15, "cp", "with cp_kind ulysses must divide the heads per TP rank",
+    lambda x: (x["cp_ulysses"] == 1) & (x["cp"] > 1) & ((x["n_heads"] // x["tp"]) % x["cp"] != 0), ("cp", "n_heads/tp"))
+OFFLOAD_PP = Rule(16, "offload_fraction", "activation offloading needs pp >= 3 (Megatron-Kwai)",
+                  lambda x: (x["offload_fraction"] > 0) & (x["pp"] < 3), ("offload_fraction", "pp"))
 BALANCED = Rule(17, "recompute", "balanced recompute needs Megatron-Kwai",
                 lambda x: (x["recompute"] == RECOMPUTE_BALANCED) & ~_framework_in(x, KWAI_FEATURES), ("framework",))
+ULYSSES_STACK = Rule(19, "cp", "with cp_kind ulysses needs cp > 1 and a framework that has it",
+                     lambda x: (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | ~_framework_in(x, ULYSSES_FRAMEWORKS)),
+                     ("cp", "framework"))
+OFFLOAD_STACK = Rule(
+    20, "offload_fraction", "activation offloading needs Megatron-Kwai and no full recompute",
+    lambda x: (x["offload_fraction"] > 0) & ((x["recompute"] == RECOMPUTE_FULL) | ~_framework_in(x, KWAI_FEATURES)),
+    ("framework",))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
     ("gpus_per_node", "gpus"))
 
-#: what a configuration given to estimate / whatif must satisfy, in the order they are reported
-CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, INTERLEAVED_MICRO, CP_RING_SEQ, CP_SEQ,
-                ULYSSES, OFFLOAD, BALANCED, ZERO_PP, HPZ_NODES)
+#: what any configuration given to estimate / whatif must satisfy (the layout is well formed), in
+#: the order they are reported
+CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RING_SEQ, CP_SEQ, ULYSSES_HEADS,
+                OFFLOAD_PP, HPZ_NODES)
+#: what the named stack can run: the search recommends only such configurations, while estimate
+#: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
+CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ULYSSES_STACK, OFFLOAD_STACK, BALANCED)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)
 #: measured runs: only what is needed to cost a row (uneven pipeline stages did run, e.g. nanotron)
 RUN_RULES = (GPUS, BATCH, TP_HEADS, VPP_PP)
-RULES = {r.code: r for r in CONFIG_RULES + SEARCH_ONLY_RULES + (VPP_PP,)}
+RULES = {r.code: r for r in CONFIG_RULES + CAPABILITY_RULES + SEARCH_ONLY_RULES + (VPP_PP,)}
 
 
 def first_broken(rules, x: Arrays) -> Rule | None:

@@ -149,11 +149,11 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
 
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
-    reason5 = reason_codes((rules.ULYSSES, rules.BALANCED), {**job_x, **x}, x["tp"].shape)
+    reason5 = reason_codes((rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)
     configs = _expand(x, {"offload_fraction": OFFLOAD_FRACTIONS})
-    reason6 = reason_codes((rules.OFFLOAD,), {**job_x, **configs}, configs["tp"].shape)
+    reason6 = reason_codes((rules.OFFLOAD_PP, rules.OFFLOAD_STACK), {**job_x, **configs}, configs["tp"].shape)
     _count(rejected, reason6, 1)
     configs = _keep(configs, reason6 == OK)
     return Space(n_gpus=cluster.n_gpus, configs={k: configs[k] for k in PARALLEL_KEYS}, rejected=rejected)

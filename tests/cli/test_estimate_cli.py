@@ -46,7 +46,7 @@ def check_json(stdout: str) -> dict:
     "extra",
     [
         ["--tp", "8", "--pp", "4", "--vpp", "5", "--recompute", "selective"],
-        ["--tp", "8", "--pp", "2", "--zero-stage", "3", "--recompute", "full", "--no-sp", "--framework", "torchtitan"],
+        ["--tp", "8", "--pp", "2", "--zero-stage", "3", "--recompute", "full", "--no-sp"],
         ["--tp", "4", "--cp", "2", "--micro-batch", "2", "--precision", "fp8", "--framework", "nemo"],
         ["--tp", "8", "--zero-stage", "3", "--zeropp", "qwz,hpz"],
     ],

@@ -1,0 +1,101 @@
+"""The structural rules are written once (perfmodel.rules) and the three callers agree on them."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel as pm
+from perfmodel import rules
+from perfmodel.estimate import check_config, config_arrays
+from perfmodel.runs import runs_to_inputs
+from perfmodel.search import REASONS, structural_violations
+
+MODEL = pm.load_model("llama3-70b")  # 80 layers, 64 heads, 8 KV heads
+GPU = pm.load_gpu("h100-sxm5-80gb")
+
+
+#: 48 query heads, 12 KV heads: tp = 8 divides the first and neither divides nor is a multiple of the second
+GQA12 = pm.ModelSpec(name="gqa12", n_layers=80, hidden_size=6144, ffn_hidden_size=16384, n_heads=48, n_kv_heads=12,
+                     vocab_size=32000, mlp="swiglu")
+
+
+def cfg(n_gpus=64, framework="megatron-lm", global_batch=64, seq_len=4096, model=MODEL, **par):
+    cluster = pm.ClusterSpec.build(GPU, n_gpus, 8)
+    return model, cluster, pm.ParallelSpec(**par), pm.JobSpec(global_batch=global_batch, seq_len=seq_len,
+                                                              framework=framework)
+
+
+# (parallel spec, job overrides, the field the error names, the rule it breaks)
+BROKEN = [
+    (dict(tp=3, dp=21), {}, "tp", rules.TP_HEADS),
+    (dict(tp=8, pp=3, dp=2), {"n_gpus": 48}, "pp", rules.PP_LAYERS),
+    (dict(tp=8, dp=8), {"model": GQA12}, "tp", rules.TP_KV_HEADS),
+    (dict(tp=8, pp=4, vpp=3, dp=2), {}, "vpp", rules.VPP_LAYERS),
+    (dict(tp=8, dp=4), {}, "dp", rules.GPUS),
+    (dict(tp=8, dp=8, micro_batch=3), {}, "global_batch", rules.BATCH),
+    (dict(tp=8, cp=8, dp=1), {"seq_len": 4104}, "cp", rules.CP_RING_SEQ),
+    (dict(tp=8, cp=3, dp=1, cp_kind="ulysses"), {"n_gpus": 24}, "cp", rules.CP_SEQ),
+    (dict(tp=8, cp=8, dp=1, cp_kind="ulysses", recompute="full"), {}, "cp", None),  # 8 heads per rank: fine
+    (dict(tp=8, pp=2, dp=4, offload_fraction=0.5), {}, "offload_fraction", rules.OFFLOAD_PP),
+]
+
+
+@pytest.mark.parametrize("par, over, field, rule", BROKEN)
+def test_check_config_raises_the_rule_with_its_field(par, over, field, rule):
+    n = over.pop("n_gpus", 64)
+    model, cluster, p, job = cfg(n_gpus=n, **over, **par)
+    if rule is None:
+        check_config(model, cluster, p, job)
+        return
+    assert rules.first_broken(rules.CONFIG_RULES, config_arrays(model, cluster, p, job)) is rule
+    with pytest.raises(pm.InputError) as exc:
+        check_config(model, cluster, p, job)
+    assert exc.value.field == field
+    assert rule.rule in str(exc.value) and "=" in str(exc.value)  # the rule and the values
+
+
+def test_the_search_reports_the_same_rules():
+    assert REASONS[rules.TP_HEADS.code] == "tp must divide n_heads"
+    assert {r.reason for r in rules.CONFIG_RULES} <= set(REASONS.values())
+    model, cluster, p, job = cfg(tp=3, dp=21)
+    bad = dict(p.model_dump(), tp=3, dp=21)
+    assert rules.TP_HEADS.reason in structural_violations(model, cluster, job, bad)
+
+
+def test_capability_rules_limit_the_search_not_a_what_if():
+    """ZeRO-3 with a pipeline does not run under Megatron-LM (FSDP needs pp = 1): the search never
+    proposes it, while estimate still costs it as a what-if."""
+    model, cluster, p, job = cfg(tp=8, pp=2, dp=4, zero_stage=3)
+    check_config(model, cluster, p, job)
+    assert pm.estimate(model, cluster, p, job).iteration_time_s > 0
+    assert rules.ZERO_PP.reason in structural_violations(model, cluster, job, p.model_dump())
+    tt = job.model_copy(update={"framework": "torchtitan"})
+    assert rules.ZERO_PP.reason not in structural_violations(model, cluster, tt, p.model_dump())
+
+
+def test_vectorized_rules_agree_with_the_scalar_check():
+    """The same predicate over a grid and element by element."""
+    rng = np.random.default_rng(0)
+    grid = {k: rng.choice(v, 500) for k, v in {
+        "tp": [1, 2, 3, 4, 8, 16], "pp": [1, 2, 3, 4, 5], "dp": [1, 2, 4, 8], "cp": [1, 2, 4], "vpp": [1, 2, 4],
+        "micro_batch": [1, 2, 3]}.items()}
+    x = {**grid, "n_gpus": 64, "n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "seq_len": 4096, "global_batch": 64,
+         "cp_ulysses": 0, "offload_fraction": 0.0, "hpz": 0, "gpus_per_node": 8,
+         "framework": np.asarray("megatron-lm", dtype=object)}
+    codes = rules.reason_codes(rules.CONFIG_RULES, x, grid["tp"].shape)
+    for i in range(500):
+        xi = {k: (np.asarray(v[i]) if k in grid else v) for k, v in x.items()}
+        first = rules.first_broken(rules.CONFIG_RULES, xi)
+        assert codes[i] == (first.code if first else 0)
+
+
+def test_runs_use_the_run_rules():
+    row = {"run_id": "t-001", "source": "t", "model_name": "m", "n_layers": 80, "hidden_size": 8192,
+           "ffn_hidden_size": 28672, "n_heads": 64, "n_kv_heads": 8, "seq_len": 4096, "mlp": "swiglu",
+           "gpu": "h100-sxm5-80gb", "n_gpus": 64, "gpus_per_node": 8, "tp": 8, "pp": 2, "dp": 4,
+           "micro_batch": 1, "global_batch": 64, "framework": "megatron-lm"}
+    df = pd.DataFrame([row, dict(row, run_id="t-002", tp=3, dp=8, n_gpus=48), dict(row, run_id="t-003", dp=8),
+                       dict(row, run_id="t-004", pp=3, dp=2, n_gpus=48)])
+    _, status, reason, _ = runs_to_inputs(df)
+    assert list(status) == ["ok", "invalid", "invalid", "ok"]  # uneven stages ran (nanotron): costed
+    assert reason[1].startswith("tp:") and rules.TP_HEADS.rule in reason[1]
+    assert reason[2].startswith("dp:") and rules.GPUS.rule in reason[2]
