@@ -110,8 +110,8 @@ SP_TP = Rule(12, "sp", "needs tp > 1", lambda x: (x["sp"] == 1) & (x["tp"] == 1)
 ZERO_PP = Rule(13, "zero_stage", "ZeRO-2/3 does not compose with pipeline parallelism in this framework",
                lambda x: (x["zero_stage"] >= 2) & (x["pp"] > 1) & _framework_in(x, ZERO23_NO_PP),
                ("zero_stage", "pp", "framework"))
-ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp > 1 (identical to zero_stage 0)",
-               lambda x: (x["zero_stage"] > 0) & (x["dp"] == 1))
+ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp x cp > 1 (identical to zero_stage 0)",
+               lambda x: (x["zero_stage"] > 0) & (x["dp"] * x["cp"] == 1))
 ULYSSES_HEADS = Rule(
     15, "cp", "with cp_kind ulysses must divide the heads per TP rank",
     lambda x: (x["cp_ulysses"] == 1) & (x["cp"] > 1) & ((x["n_heads"] // x["tp"]) % x["cp"] != 0), ("cp", "n_heads/tp"))

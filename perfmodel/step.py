@@ -196,10 +196,15 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     embed = V * h * np.where(pp > 1, 1.0, np.where(f64["tied_embeddings"] > 0, 1.0, 2.0))
     params_gpu = (layers * p_layer + embed) / tp
     grad_bytes = f64["grad_bytes_per_param"]
-    dp_stride = tp * cp
-    ar = coll("all_reduce", grad_bytes * params_gpu, dp, dp_stride)
-    rs = coll("reduce_scatter", grad_bytes * params_gpu, dp, dp_stride)
-    ag = coll("all_gather", 2.0 * params_gpu, dp, dp_stride)
+    # CP ranks hold the same weights and see different tokens, so gradients are reduced, and ZeRO
+    # shards, over the dp x cp ranks of one TP rank (Megatron-Core: DDP and the distributed optimizer
+    # use get_data_parallel_group(with_context_parallel=True); torchtitan: FSDP over the dp_shard_cp
+    # mesh). With the rank order tp-cp-dp that group is contiguous at stride tp.
+    dpc = dp * cp
+    dp_stride = tp
+    ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride)
+    rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride)
+    ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride)
     last_bwd = layers * layer_b
     first_fwd = layers * layer_f
     dp_hidden_red = f64["dp_overlap"] * last_bwd
@@ -218,12 +223,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # its secondary shard serves every gather until the optimizer step, so only the first
     # micro-batch's forward gather leaves the node.
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
-    dp_per_node = np.clip(np.floor(np.minimum(f64["nvlink_domain_gpus"], dp * dp_stride) / dp_stride), 1.0, dp)
-    hpz_group = np.where(hpz > 1, np.minimum(hpz, dp), dp_per_node)
-    # ZeRO-3 is costed only where it is used (zero_stage 3, dp > 1): the same vectorized code on
+    dp_per_node = np.clip(np.floor(np.minimum(f64["nvlink_domain_gpus"], dpc * dp_stride) / dp_stride), 1.0, dpc)
+    hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), dp_per_node)
+    # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
-    shape = np.broadcast(zero, dp, tp, L).shape
-    z3_idx = np.flatnonzero(np.broadcast_to((zero >= 3) & (dp > 1), shape))
+    shape = np.broadcast(zero, dpc, tp, L).shape
+    z3_idx = np.flatnonzero(np.broadcast_to((zero >= 3) & (dpc > 1), shape))
 
     def sub(x):
         return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[z3_idx]
@@ -238,7 +243,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     z3_sub = zero3_microbatch(
         coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
         tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv, mm, tp)], layers=sub(layers),
-        embed_numel=sub(embed / tp), dp=sub(dp), dp_stride=sub(dp_stride), dp_per_node=sub(dp_per_node),
+        embed_numel=sub(embed / tp), dp=sub(dpc), dp_stride=sub(dp_stride), dp_per_node=sub(dp_per_node),
         hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz), grad_bytes=sub(grad_bytes),
         step_latency_s=sub(f64["zero3_step_latency_s"]),
     )
@@ -256,10 +261,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
-    ) * (dp > 1)
+    ) * (dpc > 1)
 
     # ---- optimizer --------------------------------------------------------------------------
-    params_opt = params_gpu / np.where(zero >= 1, dp, 1.0)
+    params_opt = params_gpu / np.where(zero >= 1, dpc, 1.0)
     optimizer = elementwise_time_s(f64["optimizer_bytes_per_param"] * params_opt, hbm, f64["hbm_efficiency"])
 
     time = {
@@ -277,11 +282,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     iteration_time = sum(time[k] for k in TIME_PARTS)
 
     # ---- memory ------------------------------------------------------------------------------
-    weights, grads, optim = model_state_bytes(params_gpu, dp, zero, grad_bytes)
+    weights, grads, optim = model_state_bytes(params_gpu, dpc, zero, grad_bytes)
     # ZeRO-3 keeps up to two gathered layers (current + prefetched), capped by the framework's live-
     # parameter budget (DeepSpeed stage3_max_live_parameters, 1e9 elements by default; FSDP: no cap)
     live = np.minimum(np.minimum(2.0, layers) * p_layer / tp, f64["zero3_max_live_params"])
-    weights = weights + np.where(zero >= 3, 2.0 * live * (1.0 - 1.0 / dp), 0.0)
+    weights = weights + np.where(zero >= 3, 2.0 * live * (1.0 - 1.0 / dpc), 0.0)
     # hpZ secondary partition: 16-bit weights sharded over alpha GPUs, 2 Psi / alpha bytes per GPU
     # (ZeRO++ paper, hpZ; DeepSpeed _partition_param_sec), rebuilt after every optimizer step
     hpz_secondary = np.where(hpz > 0, hpz_secondary_bytes(params_gpu, hpz_group), 0.0)

@@ -81,3 +81,26 @@ def test_long_sequence_recommendation_uses_context_parallelism():
     assert int(df.iloc[0]["cp"]) >= 2
     assert df.iloc[0]["memory_gib"] <= cluster.gpu.hbm_capacity_gib
     assert np.all(df["memory_gib"] <= cluster.gpu.hbm_capacity_gib)
+
+
+def test_gradients_and_zero_shards_span_dp_times_cp():
+    """CP ranks hold the same weights and see different tokens: gradients are reduced, and ZeRO
+    shards, over dp x cp ranks (Megatron-Core get_data_parallel_group(with_context_parallel=True),
+    torchtitan FSDP over dp_shard_cp). dp = 2, cp = 4 shards the optimizer like dp = 8; dp = 1 with
+    cp = 8 still reduces gradients and can shard (torchtitan's 262K-token Llama 3.1 8B run)."""
+    model = pm.load_model("llama3-8b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8)
+    job = pm.JobSpec(global_batch=8, seq_len=32768, framework="torchtitan")
+
+    def est(**par):
+        return pm.estimate(model, cluster, pm.ParallelSpec(recompute="full", **par), job)
+
+    cp_dp = est(dp=2, cp=4, zero_stage=1)
+    dp_only = est(dp=8, zero_stage=1)
+    assert cp_dp.memory_breakdown_gib["optimizer_gib"] == pytest.approx(dp_only.memory_breakdown_gib["optimizer_gib"])
+    ds = job.model_copy(update={"framework": "deepspeed"})  # ZeRO-3 gathers not overlapped
+    ds_z3 = pm.estimate(model, cluster, pm.ParallelSpec(dp=1, cp=8, zero_stage=3, recompute="full"), ds)
+    assert ds_z3.time_breakdown_s["dp_comm_s"] > 0
+    z0, z3 = est(dp=1, cp=8, zero_stage=0), est(dp=1, cp=8, zero_stage=3)
+    assert z3.memory_breakdown_gib["optimizer_gib"] == pytest.approx(z0.memory_breakdown_gib["optimizer_gib"] / 8)
+    assert z3.memory_gib < z0.memory_gib
