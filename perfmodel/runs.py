@@ -22,15 +22,20 @@ from perfmodel.specs.parallel import RECOMPUTE_CODES
 
 MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
 
-MEGATRON_FAMILY = {"megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
-                   "gpt-neox", "nanotron"}
+#: Megatron-family stacks with sequence parallelism (Korthikanti et al. 2022); not Megatron-DeepSpeed
+#: as the data use it (BLOOM era): the BigScience fork's megatron/mpu/mappings.py has no sequence-
+#: parallel regions, only the all-reduce / split / gather of tensor parallelism
+SP_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
+                 "gpt-neox", "nanotron"}
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
 
 DEFAULTS_DOC = {
     "precision": "bf16 (fp16 on V100, which has no bf16)",
     "vpp": "1 (not interleaved)",
-    "sp": "on when tp > 1 for Megatron-family frameworks (incl. nanotron's reduce-scatter TP mode), else off",
+    "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
+    "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode), else off "
+    "(Megatron-DeepSpeed of the BLOOM era has none)",
     "recompute": "the least recomputation that fits: none, else selective, else full",
     "micro_batch": "1",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
@@ -149,8 +154,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mark(~np.isin(precision, ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]), "unsupported",
          "precision: not one of bf16, fp16, fp8, mxfp8, nvfp4")
     sp_col = _num(df, "sp")
-    megatron = np.isin(framework, list(MEGATRON_FAMILY))
-    sp = np.where(np.isnan(sp_col), megatron, sp_col > 0) & (tp > 1)
+    has_sp = np.isin(framework, list(SP_FRAMEWORKS))
+    sp = np.where(np.isnan(sp_col), has_sp, sp_col > 0) & (tp > 1)
     zero = _num(df, "zero_stage")
     zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
                             np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
