@@ -26,8 +26,8 @@ from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
 
 
-def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> dict[str, np.ndarray]:
-    """One configuration as the 0-d arrays ``perfmodel.rules`` reads."""
+def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> dict:
+    """One configuration as the scalars ``perfmodel.rules`` reads."""
     x = {
         "n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
@@ -38,15 +38,13 @@ def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job
         "n_layers": model.n_layers, "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads,
         "seq_len": job.seq_len, "global_batch": job.global_batch,
     }
-    out = {k: np.asarray(v) for k, v in x.items()}
-    out["framework"] = np.asarray((job.framework or "").lower(), dtype=object)
-    return out
+    x["framework"] = (job.framework or "").lower()
+    return x
 
 
 def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
     """Rules between the model's shape and its TP/PP split (``perfmodel.rules``)."""
-    x = {"tp": np.asarray(tp), "pp": np.asarray(pp), "n_heads": np.asarray(model.n_heads),
-         "n_layers": np.asarray(model.n_layers)}
+    x = {"tp": tp, "pp": pp, "n_heads": model.n_heads, "n_layers": model.n_layers}
     broken = first_broken((rules.TP_HEADS, rules.PP_LAYERS), x)
     if broken is not None:
         raise InputError(broken.field, broken.message(x))

@@ -73,8 +73,11 @@ def _value(name: str, x: Arrays):
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
-def _framework_in(x: Arrays, names: frozenset[str]) -> np.ndarray:
-    return np.isin(np.asarray(x["framework"], dtype=object), list(names))
+def _framework_in(x: Arrays, names: frozenset[str]):
+    fw = x["framework"]
+    if isinstance(fw, str):  # one configuration: plain Python, fast
+        return fw in names
+    return np.isin(np.asarray(fw, dtype=object), list(names))
 
 
 def _per_stage_ok(x: Arrays, vpp) -> np.ndarray:
@@ -100,7 +103,7 @@ CP_RING_SEQ = Rule(6, "cp", "ring CP needs seq_len divisible by 2*cp (Megatron l
 DP_BATCH = Rule(7, "dp", "must divide global_batch", lambda x: (x["dp"] > 0) & (x["global_batch"] % np.maximum(x["dp"], 1) != 0))
 VPP_PP = Rule(8, "vpp", "must be 1 when pp is 1", lambda x: (x["vpp"] > 1) & (x["pp"] == 1), ("vpp", "pp"))
 VPP_LAYERS = Rule(9, "vpp", "must divide the layers per pipeline stage",
-                  lambda x: ~_per_stage_ok(x, x["vpp"]), ("vpp", "layers per stage"))
+                  lambda x: np.logical_not(_per_stage_ok(x, x["vpp"])), ("vpp", "layers per stage"))
 INTERLEAVED_MICRO = Rule(
     10, "vpp", "interleaved schedule needs at least pp micro-batches",
     lambda x: (x["vpp"] > 1) & (x["global_batch"] // (x["micro_batch"] * x["dp"]) < x["pp"]), ("micro-batches", "pp"))
@@ -118,18 +121,19 @@ ULYSSES_HEADS = Rule(
 OFFLOAD_PP = Rule(16, "offload_fraction", "activation offloading needs pp >= 3 (Megatron-Kwai)",
                   lambda x: (x["offload_fraction"] > 0) & (x["pp"] < 3), ("offload_fraction", "pp"))
 BALANCED = Rule(17, "recompute", "balanced recompute needs Megatron-Kwai",
-                lambda x: (x["recompute"] == RECOMPUTE_BALANCED) & ~_framework_in(x, KWAI_FEATURES), ("framework",))
+                lambda x: (x["recompute"] == RECOMPUTE_BALANCED) & np.logical_not(_framework_in(x, KWAI_FEATURES)), ("framework",))
 ULYSSES_STACK = Rule(19, "cp", "with cp_kind ulysses needs cp > 1 and a framework that has it",
-                     lambda x: (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | ~_framework_in(x, ULYSSES_FRAMEWORKS)),
+                     lambda x: (x["cp_ulysses"] == 1) & ((x["cp"] == 1) | np.logical_not(_framework_in(x, ULYSSES_FRAMEWORKS))),
                      ("cp", "framework"))
 OFFLOAD_STACK = Rule(
     20, "offload_fraction", "activation offloading needs Megatron-Kwai and no full recompute",
-    lambda x: (x["offload_fraction"] > 0) & ((x["recompute"] == RECOMPUTE_FULL) | ~_framework_in(x, KWAI_FEATURES)),
+    lambda x: (x["offload_fraction"] > 0) & ((x["recompute"] == RECOMPUTE_FULL) | np.logical_not(_framework_in(x, KWAI_FEATURES))),
     ("framework",))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
-    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
+    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0)
+    if np.ndim(x["hpz"]) or x["hpz"] > 0 else False,
     ("gpus_per_node", "gpus"))
 
 #: what any configuration given to estimate / whatif must satisfy (the layout is well formed), in
@@ -148,9 +152,10 @@ RULES = {r.code: r for r in CONFIG_RULES + CAPABILITY_RULES + SEARCH_ONLY_RULES 
 
 
 def first_broken(rules, x: Arrays) -> Rule | None:
-    """The first rule of ``rules`` that one configuration breaks, or None."""
+    """The first rule of ``rules`` that one configuration (scalars) breaks, or None."""
     for r in rules:
-        if bool(np.any(r.broken(x))):
+        broken = r.broken(x)
+        if broken if isinstance(broken, (bool, np.bool_)) else np.any(broken):
             return r
     return None
 

@@ -152,10 +152,15 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     reason5 = reason_codes((rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)
-    configs = _expand(x, {"offload_fraction": OFFLOAD_FRACTIONS})
-    reason6 = reason_codes((rules.OFFLOAD_PP, rules.OFFLOAD_STACK), {**job_x, **configs}, configs["tp"].shape)
-    _count(rejected, reason6, 1)
-    configs = _keep(configs, reason6 == OK)
+    # offload shares > 0 only where offloading is possible: the rest keep share 0 and count their
+    # other shares as rejected, without materializing them
+    reason6 = reason_codes((rules.OFFLOAD_PP, rules.OFFLOAD_STACK), {**job_x, **x, "offload_fraction": 1.0},
+                           x["tp"].shape)
+    _count(rejected, reason6, OFFLOAD_FRACTIONS.size - 1)
+    can = reason6 == OK
+    no_offload = {**_keep(x, ~can), "offload_fraction": np.zeros(int((~can).sum()))}
+    with_offload = _expand(_keep(x, can), {"offload_fraction": OFFLOAD_FRACTIONS})
+    configs = {k: np.concatenate([no_offload[k], with_offload[k]]) for k in with_offload}
     return Space(n_gpus=cluster.n_gpus, configs={k: configs[k] for k in PARALLEL_KEYS}, rejected=rejected)
 
 
