@@ -43,7 +43,9 @@ def analyse(runs: pd.DataFrame) -> dict:
     ape = 100.0 * np.abs(pred.pred_tokens_per_s_per_gpu / hf.tokens_per_s_per_gpu - 1.0)
 
     keys = ["model_name", "n_gpus", "tp", "pp", "dp", "micro_batch", "global_batch"]
-    twins = hf[hf.zero_stage == 0].merge(hf[hf.zero_stage == 1], on=keys, suffixes=("_0", "_1"))
+    # a configuration measured twice under one stage counts once (mean), so each twin is one pair
+    once = hf.groupby(keys + ["zero_stage"], as_index=False)["tokens_per_s_per_gpu"].mean()
+    twins = once[once.zero_stage == 0].merge(once[once.zero_stage == 1], on=keys, suffixes=("_0", "_1"))
     ratio = np.exp(np.abs(np.log(twins.tokens_per_s_per_gpu_1 / twins.tokens_per_s_per_gpu_0)))
     return {
         "rows": len(hf), "stall_fraction": float(stall.mean()),

@@ -136,7 +136,7 @@ def estimate(
                     "deepspeed_config.gradient_accumulation_steps",
                     f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                 )
-            check_hpz_partition(hpz_size, gpus, dp_ds)
+            check_hpz_partition(hpz_size, gpus, dp_ds * cp)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework)

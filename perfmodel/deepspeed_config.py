@@ -155,7 +155,7 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
 
 def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int) -> None:
     """DeepSpeed ``_ensure_divisibility``: the secondary group size must divide the world size, and
-    the model's secondary group lives inside the data-parallel group."""
+    the model's secondary group lives inside the data-parallel group (``dp``: its size, dp x cp)."""
     if hpz_partition_size > 1 and (n_gpus % hpz_partition_size or hpz_partition_size > dp):
         raise InputError(
             f"{PREFIX}.zero_optimization.zero_hpz_partition_size",

@@ -193,7 +193,8 @@ def build_inputs(
     hpz_partition_size: int | None = None,
 ) -> dict[str, float]:
     """STEP_INPUTS of one configuration. ``hpz_partition_size``: DeepSpeed's zero_hpz_partition_size
-    alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / (tp cp) DP ranks."""
+    alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / tp members of the
+    dp x cp group that ZeRO shards over (stride tp)."""
     cal = calibration if calibration is not None else load_calibration(None)
     constants, gpu, shape = cal.for_network(cluster.gpu, cluster.network)
     cluster = cluster.model_copy(update={"gpu": gpu})
@@ -209,7 +210,7 @@ def build_inputs(
         **constant_arrays(constants),
     }
     if "hpz" in par.zeropp and hpz_partition_size is not None and hpz_partition_size > 1:
-        inputs["hpz"] = max(hpz_partition_size / (par.tp * par.cp), 1.0)
+        inputs["hpz"] = max(hpz_partition_size / par.tp, 1.0)
     return inputs
 
 

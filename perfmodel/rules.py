@@ -2,7 +2,7 @@
 
 Each rule says which input it is about (``field``), what must hold (``rule``) and when it is
 broken, as a predicate over a mapping of arrays (or scalars) named like ``STEP_INPUTS`` plus
-``n_gpus``, ``framework`` and ``nvlink_domain_gpus``. Three callers apply them:
+``n_gpus``, ``gpus_per_node``, ``framework`` and ``nvlink_domain_gpus``. Three callers apply them:
 
 * ``estimate.check_config`` raises the first broken rule of one configuration as an
   ``InputError`` naming the field, the rule and the values (``CONFIG_RULES``: the layout is well
@@ -29,6 +29,8 @@ ZERO23_NO_PP = frozenset({
     "megatron-lm", "megatron-deepspeed", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
     "gpt-neox", "deepspeed",
 })
+#: stacks whose ZeRO stops at stage 1 (nanotron: ZeroDistributedOptimizer shards optimizer states only)
+ZERO1_ONLY = frozenset({"nanotron"})
 #: stacks that implement Kuaishou's balanced recompute and activation offloading (Megatron-Kwai
 #: --kaimm-recompute-norm/--kaimm-recompute-mlp-activation-func, --kaimm-offload-activation-ratio)
 KWAI_FEATURES = frozenset({"megatron-kwai"})
@@ -129,6 +131,8 @@ OFFLOAD_STACK = Rule(
     20, "offload_fraction", "activation offloading needs Megatron-Kwai and no full recompute",
     lambda x: (x["offload_fraction"] > 0) & ((x["recompute"] == RECOMPUTE_FULL) | np.logical_not(_framework_in(x, KWAI_FEATURES))),
     ("framework",))
+ZERO_STAGES = Rule(21, "zero_stage", "above 1 is not implemented in this framework",
+                   lambda x: (x["zero_stage"] >= 2) & _framework_in(x, ZERO1_ONLY), ("zero_stage", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
@@ -142,7 +146,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
                 OFFLOAD_PP, HPZ_NODES)
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
-CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ULYSSES_STACK, OFFLOAD_STACK, BALANCED)
+CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ULYSSES_STACK, OFFLOAD_STACK, BALANCED)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

@@ -215,11 +215,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
                             np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
-    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + exposed_red1
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + np.maximum(
+        rs - dp_hidden_red, 0.0) + exposed_gather
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
     # one collective per weight matrix, every micro-batch, in perfmodel.zeropp.zero3_microbatch.
-    # hpZ: alpha = zero_hpz_partition_size DP ranks (input hpz > 1), or one node's DP ranks (hpz = 1);
+    # hpZ: alpha = zero_hpz_partition_size ranks of the dp x cp group (input hpz > 1), or one node's (hpz = 1);
     # its secondary shard serves every gather until the optimizer step, so only the first
     # micro-batch's forward gather leaves the node.
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)

@@ -119,7 +119,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         if cnt >= MIN_ROWS_OVERHEADS:
             for p, b in OVERHEAD_PARAMS.items():
                 add("framework", fw, p, b)
-        n_z3 = int((ok & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] > 1)).sum())
+        n_z3 = int((ok & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] * inputs["cp"] > 1)).sum())
         if fw == "deepspeed" and pairs is not None:
             n_z3 += 2 * len(pairs)
             if cnt < MIN_ROWS_FRAMEWORK:

@@ -89,7 +89,7 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     elif c["zero"] >= 2:
         f += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[c["zero"]],
               "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
-    if c["dp"] > 1:
+    if c["dp"] * c.get("cp", 1) > 1:  # gradients are reduced over dp x cp
         f += ["--overlap-grad-reduce"]
         if c["zero"] >= 1:
             f += ["--overlap-param-gather"]

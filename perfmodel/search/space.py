@@ -1,14 +1,15 @@
 """The configuration space as numpy arrays, with the structural rules as masks.
 
-Enumeration is two broadcasts, never a Python loop per candidate:
+Enumeration is a chain of broadcasts, never a Python loop per candidate:
 
 1. the *layout* grid ``tp x pp x cp`` over the divisors of the GPU count (dp = gpus / (tp pp cp)),
    checked against the model's shape, the sequence and the batch;
-2. every valid layout times ``vpp x micro_batch x sp x zero_stage x recompute``, checked against
-   the schedule and framework rules.
+2. every valid layout times ``vpp x micro_batch``, then ``sp``, ``zero_stage``, ``recompute x CP
+   kind`` and the activation-offload share, each block checked (``perfmodel.rules``: structure,
+   what the stack can run, the search's pruning) before the next is expanded.
 
-Every rejected configuration gets a reason code (``REASONS``); a layout rejected in step 1
-stands for all of its step-2 expansions, so the counts in ``Space.rejected`` are counts of
+Every rejected configuration gets a reason code (``REASONS``); a configuration rejected at one
+step stands for all of its later expansions, so the counts in ``Space.rejected`` are counts of
 configurations. ZeRO++ (qwz/hpz/qgz) is an opt-in dimension (``expand_zeropp``, ``run_search(zeropp=True)``):
 by default the ``zeropp`` field of every candidate is the empty string.
 """
@@ -85,10 +86,10 @@ def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[d
     tp, pp, cp = (a.ravel() for a in np.meshgrid(d, d, d, indexing="ij"))
     mp = tp.astype(np.int64) * pp * cp  # up to gpus**3: int64
     dp = np.where(n % mp == 0, n // mp, 0).astype(np.int32)
-    # CP kind is chosen later: ring's rule (seq_len divisible by 2 cp) is checked for every cp here
-    x = {**_job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp, "cp_ulysses": 0}
+    # the CP kind is chosen later, with ring CP's own rule (seq_len divisible by 2 cp)
+    x = {**_job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp}
     reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_DOMAINS, rules.PP_LAYERS,
-                           rules.CP_RING_SEQ, rules.CP_SEQ, rules.DP_BATCH), x, tp.shape)
+                           rules.CP_SEQ, rules.DP_BATCH), x, tp.shape)
     return {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, reason
 
 
@@ -114,8 +115,9 @@ def _keep(x: dict[str, np.ndarray], ok: np.ndarray) -> dict[str, np.ndarray]:
 def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Space:
     """All structurally valid configurations of ``PARALLEL_KEYS`` for this job, as int arrays.
 
-    Three broadcasts, each filtered before the next so the grid never holds more than the
-    valid prefix times one block of axes: layouts; x (vpp, micro_batch); x sp; x zero; x recompute.
+    Broadcasts, each filtered before the next so the grid never holds more than the valid prefix
+    times one block of axes: layouts; x (vpp, micro_batch); x sp; x zero; x (recompute, CP kind);
+    x offload share (only where offloading is possible).
     A rejection at an earlier step counts for every configuration it stands for.
     """
     L, B = model.n_layers, job.global_batch
@@ -143,13 +145,14 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
-    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
+    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
-    reason5 = reason_codes((rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED), {**job_x, **x}, x["tp"].shape)
+    reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED),
+                           {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)
     # offload shares > 0 only where offloading is possible: the rest keep share 0 and count their

@@ -73,18 +73,28 @@ def test_capability_rules_limit_the_search_not_a_what_if():
 
 
 def test_vectorized_rules_agree_with_the_scalar_check():
-    """The same predicate over a grid and element by element."""
+    """Every rule gives the same answer over a grid (numpy arrays, as the search uses them) and on one
+    configuration of plain Python scalars with a string framework (as estimate uses them)."""
     rng = np.random.default_rng(0)
-    grid = {k: rng.choice(v, 500) for k, v in {
-        "tp": [1, 2, 3, 4, 8, 16], "pp": [1, 2, 3, 4, 5], "dp": [1, 2, 4, 8], "cp": [1, 2, 4], "vpp": [1, 2, 4],
-        "micro_batch": [1, 2, 3]}.items()}
-    x = {**grid, "n_gpus": 64, "n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "seq_len": 4096, "global_batch": 64,
-         "cp_ulysses": 0, "offload_fraction": 0.0, "hpz": 0, "gpus_per_node": 8,
-         "framework": np.asarray("megatron-lm", dtype=object)}
-    codes = rules.reason_codes(rules.CONFIG_RULES, x, grid["tp"].shape)
-    for i in range(500):
-        xi = {k: (np.asarray(v[i]) if k in grid else v) for k, v in x.items()}
-        first = rules.first_broken(rules.CONFIG_RULES, xi)
+    n = 3000
+    grid = {k: rng.choice(v, n) for k, v in {
+        "tp": [1, 2, 3, 4, 8, 16], "pp": [1, 2, 3, 4, 5], "dp": [1, 2, 4, 8], "cp": [1, 2, 3, 4],
+        "vpp": [1, 2, 4], "micro_batch": [1, 2, 3], "sp": [0, 1], "zero_stage": [0, 1, 2, 3],
+        "recompute": [0, 1, 2, 3], "cp_ulysses": [0, 1], "offload_fraction": [0.0, 0.5], "hpz": [0, 1],
+        "n_gpus": [48, 64], "gpus_per_node": [8, 12], "seq_len": [4096, 4098], "global_batch": [8, 64]}.items()}
+    frameworks = np.array(["megatron-lm", "megatron-kwai", "deepspeed", "torchtitan", "nanotron"], dtype=object)
+    grid["framework"] = rng.choice(frameworks, n)
+    fixed = {"n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "nvlink_domain_gpus": 8}
+    for rule in rules.RULES.values():
+        over_grid = np.broadcast_to(rule.broken({**fixed, **grid}), (n,))
+        for i in range(0, n, 7):
+            one = {**fixed, **{k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in grid.items()}}
+            assert isinstance(one["framework"], str) and isinstance(one["tp"], int)
+            assert bool(rule.broken(one)) == bool(over_grid[i]), (rule.code, one)
+    codes = rules.reason_codes(rules.CONFIG_RULES, {**fixed, **grid}, (n,))
+    for i in range(0, n, 11):
+        one = {**fixed, **{k: v[i].item() if hasattr(v[i], "item") else v[i] for k, v in grid.items()}}
+        first = rules.first_broken(rules.CONFIG_RULES, one)
         assert codes[i] == (first.code if first else 0)
 
 
