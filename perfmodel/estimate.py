@@ -28,18 +28,13 @@ from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s
 
 def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> dict:
     """One configuration as the scalars ``perfmodel.rules`` reads."""
-    x = {
-        "n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
-        "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
+    return {
+        **rules.job_values(model, cluster, job),
         "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "vpp": par.vpp, "micro_batch": par.micro_batch,
         "sp": int(par.sp), "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
         "cp_ulysses": int(par.cp_kind == "ulysses"), "offload_fraction": par.offload_fraction,
         "hpz": int("hpz" in par.zeropp),
-        "n_layers": model.n_layers, "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads,
-        "seq_len": job.seq_len, "global_batch": job.global_batch,
     }
-    x["framework"] = (job.framework or "").lower()
-    return x
 
 
 def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:

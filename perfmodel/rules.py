@@ -42,6 +42,14 @@ ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megat
 Arrays = Mapping[str, np.ndarray]
 
 
+def job_values(model, cluster, job) -> dict:
+    """The model, cluster and job quantities the rules read (scalars; the framework as a str)."""
+    return {"n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
+            "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "n_layers": model.n_layers,
+            "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "seq_len": job.seq_len,
+            "global_batch": job.global_batch, "framework": (job.framework or "").lower()}
+
+
 @dataclass(frozen=True)
 class Rule:
     code: int  # reason code in the search (int8, 0 = valid)
@@ -136,8 +144,7 @@ ZERO_STAGES = Rule(21, "zero_stage", "above 1 is not implemented in this framewo
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
-    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0)
-    if np.ndim(x["hpz"]) or x["hpz"] > 0 else False,
+    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
     ("gpus_per_node", "gpus"))
 
 #: what any configuration given to estimate / whatif must satisfy (the layout is well formed), in

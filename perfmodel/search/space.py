@@ -71,14 +71,6 @@ class Space:
         return self.size + sum(self.rejected.values())
 
 
-def _job_values(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> dict:
-    """The model, cluster and job quantities the rules read (scalars, broadcast against the grid)."""
-    return {"n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
-            "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "n_layers": model.n_layers,
-            "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "seq_len": job.seq_len,
-            "global_batch": job.global_batch, "framework": np.asarray((job.framework or "").lower(), dtype=object)}
-
-
 def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Step 1: every (tp, pp, cp) over the divisors of the GPU count, with a reason code each."""
     n = cluster.n_gpus
@@ -87,7 +79,7 @@ def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[d
     mp = tp.astype(np.int64) * pp * cp  # up to gpus**3: int64
     dp = np.where(n % mp == 0, n // mp, 0).astype(np.int32)
     # the CP kind is chosen later, with ring CP's own rule (seq_len divisible by 2 cp)
-    x = {**_job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp}
+    x = {**rules.job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp}
     reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_DOMAINS, rules.PP_LAYERS,
                            rules.CP_SEQ, rules.DP_BATCH), x, tp.shape)
     return {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, reason
@@ -131,7 +123,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(layouts, reason1 == OK)
 
     # ---- step 2: schedule (vpp, micro-batch) ---------------------------------------------------
-    job_x = _job_values(model, cluster, job)
+    job_x = rules.job_values(model, cluster, job)
     x = _expand(x, {"vpp": vpp_vals, "micro_batch": mb_vals})
     reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO),
                            {**job_x, **x}, x["tp"].shape)
@@ -172,7 +164,7 @@ def structural_violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     rc = cfg.get("recompute", 0)
     rc = {v: k for k, v in RECOMPUTE_NAMES.items()}.get(rc, rc) if isinstance(rc, str) else int(rc)
     uly = int(cfg["cp_kind"] == "ulysses") if "cp_kind" in cfg else int(cfg.get("cp_ulysses", 0))
-    x = {**_job_values(model, cluster, job),
+    x = {**rules.job_values(model, cluster, job),
          **{k: np.asarray(int(cfg[k])) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},
          "sp": np.asarray(int(bool(cfg["sp"]))), "recompute": np.asarray(rc), "cp_ulysses": np.asarray(uly),
          "offload_fraction": np.asarray(float(cfg.get("offload_fraction", 0.0))),
