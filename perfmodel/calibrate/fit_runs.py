@@ -2,8 +2,9 @@
 
 Residual of a run: r = log(predicted / measured tokens/s/GPU), weighted by 1/sqrt(rows of its
 source) so every source counts the same however many rows it has (the HF playbook sweep is 81%
-of the rows). ``scipy.optimize.least_squares`` with a robust ``soft_l1`` loss keeps the very slow
-outliers from dominating. Parameters (each with a physical meaning, bounded to its plausible range):
+of the rows). ``scipy.optimize.least_squares`` with a robust Cauchy loss (scale 0.1 in log
+error, applied to each run before its source weight) keeps the very slow outliers from
+dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
 * global: attn_efficiency_max, fp8_matmul_efficiency_ratio (fabric congestion is not invented
   here for fabrics no collective benchmark measured: an unknown fabric is taken as non-blocking);
@@ -52,6 +53,20 @@ class RunsFit:
     calibration: Calibration
     params: dict[str, float]
     residuals: pd.DataFrame  # run_id, source, framework, log_ratio
+
+
+#: Robust scale of a run's log error: residuals beyond ~10% count less and less (Cauchy loss).
+ROBUST_SCALE_LOG = 0.1
+
+
+def _robust(r: np.ndarray) -> np.ndarray:
+    """Cauchy-robust residual on the unweighted log error r: psi(r)^2 = c^2 log(1 + (r/c)^2).
+
+    Applied before the per-source weight, so a run counts as an outlier at the same log error
+    whichever source it comes from (scipy's own ``loss``/``f_scale`` act on the weighted residual,
+    whose scale would then depend on the size of the run's source)."""
+    c = ROBUST_SCALE_LOG
+    return c * np.sign(r) * np.sqrt(np.log1p((r / c) ** 2))
 
 
 def _prepare(df: pd.DataFrame, base: Calibration):
@@ -163,14 +178,14 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 
     def residual(x):
         pred = step_costs(apply(x))["tokens_per_s_per_gpu"]
-        r = np.where(ok, np.log(np.maximum(pred, 1e-9) / truth) * weight, 0.0)
+        r = np.where(ok, _robust(np.log(np.maximum(pred, 1e-9) / truth)) * weight, 0.0)
         if pairs is None:
             return r
         pair_pred = pair_flops / step_costs(apply_pairs(x))["iteration_time_s"]
-        return np.concatenate([r, np.log(pair_pred / pair_meas) * pair_weight])
+        return np.concatenate([r, _robust(np.log(pair_pred / pair_meas)) * pair_weight])
 
     x0a = np.clip(np.array(x0), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
-    res = least_squares(residual, x0a, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale="jac",
+    res = least_squares(residual, x0a, bounds=(lo, hi), loss="linear", x_scale="jac",
                         diff_step=1e-3, max_nfev=200)
     params: dict[str, float] = {}
     constants = dict(base.constants)
