@@ -57,6 +57,12 @@ class CostConstants(BaseModel):
     host_link_efficiency: float = Field(
         0.8, gt=0, le=1, description="Achieved / nominal GPU-host bandwidth for pinned async copies (PCIe ~80%)."
     )
+    tp_internode_efficiency: float = Field(
+        1.0, gt=0, le=1,
+        description="Achieved / available NIC bandwidth of tensor-parallel collectives that cross nodes: many "
+        "mid-size messages on the critical path, each a full ring over the node boundary; the runs fit sets it "
+        "from every run whose TP group spans nodes (whatever its stack).",
+    )
     host_memory_gib_per_gpu: float = Field(
         128.0, gt=0,
         description="Host memory a GPU may fill with offloaded activations (Kuaishou's nodes: >= 1 TB for 8 GPUs).",

@@ -124,7 +124,6 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "layer_overhead_s": profile.layer_overhead_s,
         "microbatch_overhead_s": profile.microbatch_overhead_s,
         "p2p_overhead_s": profile.p2p_overhead_s,
-        "tp_internode_efficiency": profile.tp_internode_efficiency,
         "step_overhead_s": profile.step_overhead_s,
         "grad_bytes_per_param": profile.grad_bytes_per_param,
         "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,
@@ -138,7 +137,7 @@ def constant_arrays(constants: CostConstants) -> dict[str, float]:
     keys = (
         "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
         "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
-        "matmul_training_efficiency", "fp4_matmul_efficiency_ratio",
+        "matmul_training_efficiency", "fp4_matmul_efficiency_ratio", "tp_internode_efficiency",
     )
     return {k: getattr(constants, k) for k in keys}
 

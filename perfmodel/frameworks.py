@@ -26,10 +26,6 @@ class FrameworkProfile(BaseModel):
     microbatch_overhead_s: float = Field(
         0.0, ge=0, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
     )
-    tp_internode_efficiency: float = Field(
-        1.0, gt=0, le=1, description="Achieved / available NIC bandwidth of tensor-parallel collectives that "
-        "cross nodes (many mid-size messages on the critical path)."
-    )
     p2p_overhead_s: float = Field(
         0.0, ge=0, description="Fixed time per inter-node pipeline send/recv (handshake, metadata exchange, "
         "stream sync) on an idle fabric; it grows with the fabric's congestion like its bandwidth shrinks."

@@ -6,8 +6,10 @@ of the rows). ``scipy.optimize.least_squares`` with a robust Cauchy loss (scale 
 error, applied to each run before its source weight) keeps the very slow outliers from
 dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
-* global: attn_efficiency_max, fp8_matmul_efficiency_ratio (fabric congestion is not invented
-  here for fabrics no collective benchmark measured: an unknown fabric is taken as non-blocking);
+* global: attn_efficiency_max, fp8_matmul_efficiency_ratio, tp_internode_efficiency (from the runs
+  whose TP group spans nodes, in any stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
+  fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
+  fabric is taken as non-blocking;
 * per fabric with data (e.g. EFA): congestion_nodes;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s.
@@ -35,12 +37,12 @@ OVERHEAD_PARAMS = {
     "layer_overhead_s": (0.0, 0.02, 5e-4),
     "microbatch_overhead_s": (0.0, 0.5, 5e-3),
     "p2p_overhead_s": (0.0, 1.0, 1e-2),
-    "tp_internode_efficiency": (1e-3, 1.0, 0.5),
 }
 GLOBAL_PARAMS = {
     "attn_efficiency_max": (0.15, 0.9, 0.5),
     "fp8_matmul_efficiency_ratio": (0.3, 1.1, 0.8),
     "fp4_matmul_efficiency_ratio": (0.1, 1.1, 0.6),
+    "tp_internode_efficiency": (1e-3, 1.0, 0.5),
 }
 #: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
 ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
@@ -117,6 +119,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0)).any()),
         "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5)).any()),
         "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
+        "tp_internode_efficiency": bool((ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])).any()),
     }
     for p, b in GLOBAL_PARAMS.items():
         if informed.get(p, True):
