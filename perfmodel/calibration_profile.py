@@ -130,7 +130,10 @@ def _load(path_str: str) -> Calibration:
         cal = Calibration(**data)
         cal.cost_constants()
         for name, over in cal.frameworks.items():
-            FrameworkProfile(**{**framework_profile(name).model_dump(), **over})
+            try:
+                FrameworkProfile(**{**framework_profile(name).model_dump(), **over})
+            except ValidationError as exc:
+                raise from_validation_error(exc, f"calibration.frameworks.{name}", where=str(path)) from None
         for name, over in cal.gpus.items():
             bad = set(over) - GPU_OVERRIDABLE
             if bad:

@@ -44,6 +44,10 @@ def test_binary_and_folder_inputs(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00bin")
     assert_one_error(run("estimate", "--model", str(binary), *BASE[2:]), "not a text file")
     assert_one_error(run("estimate", *BASE, "--calibration", str(binary)), "calibration")
+    stale = tmp_path / "stale.yaml"  # a key a framework profile does not have, named with its framework
+    stale.write_text("frameworks:\n  nanotron:\n    tp_internode_efficiency: 0.2\n")
+    assert_one_error(run("estimate", *BASE, "--calibration", str(stale)),
+                     "calibration.frameworks.nanotron.tp_internode_efficiency")
     assert_one_error(run("validate", str(tmp_path), "--out", str(tmp_path / "p.csv")), "folder")
     header_only = tmp_path / "h.csv"
     header_only.write_text(RUNS.read_text().splitlines()[0] + "\n")
