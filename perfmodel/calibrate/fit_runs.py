@@ -130,7 +130,10 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         if net and cnt >= MIN_ROWS_OVERHEADS and "congestion_nodes" not in base.networks.get(net, {}):
             add("network", net, "congestion_nodes", (1.0, 4096.0, 8.0))
     fws, counts = np.unique(framework[ok], return_counts=True)
-    for fw, cnt in zip(fws, counts):
+    seen = dict(zip(fws.tolist(), counts.tolist()))
+    if pairs is not None:
+        seen.setdefault("deepspeed", 0)  # the ZeRO-3/ZeRO++ pairs inform DeepSpeed without any run of it
+    for fw, cnt in seen.items():
         if cnt >= MIN_ROWS_FRAMEWORK:
             for p, b in FRAMEWORK_PARAMS.items():
                 add("framework", fw, p, b)

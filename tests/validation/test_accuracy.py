@@ -68,6 +68,19 @@ def test_fit_shrugs_off_stalled_runs(runs):
         assert fit.params[f"{fw}.kernel_efficiency"] == pytest.approx(val, rel=0.05), fw
 
 
+def test_pairs_inform_deepspeed_without_any_deepspeed_run(runs):
+    """Leave-one-source-out holds out SC'21 Table 2, the only DeepSpeed runs: the 16 ZeRO-3/ZeRO++
+    pairs must still fit the DeepSpeed profile instead of leaving it at its defaults."""
+    pairs_csv = RUNS.parent / "zeropp_pairs.csv"
+    if not pairs_csv.is_file():
+        pytest.skip("zeropp_pairs.csv not available")
+    sub = runs[runs.framework == "megatron-kwai"].reset_index(drop=True)
+    fit = fit_runs(sub, Calibration(), pairs=pd.read_csv(pairs_csv))
+    assert "deepspeed.kernel_efficiency" in fit.params
+    assert "deepspeed.zero3_step_latency_s" in fit.params
+    assert fit.calibration.frameworks["deepspeed"]["kernel_efficiency"] == fit.params["deepspeed.kernel_efficiency"]
+
+
 def test_nanotron_zero1_vs_zero0_contrast(runs):
     """The HF playbook sweep ran many configurations twice, with ZeRO-0 and ZeRO-1. Measured, ZeRO-1 is
     slower at large DP (its parameter all-gather after the step is exposed, nanotron optim/zero.py).
