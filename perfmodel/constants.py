@@ -47,7 +47,8 @@ class CostConstants(BaseModel):
     )
     fp8_matmul_efficiency_ratio: float = Field(
         0.88, gt=0, le=1.2,
-        description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak): H100 70.9% / 80.3% (kernels.csv).",
+        description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak) for a GPU whose profile has no measured "
+        "fp8_matmul_efficiency_max: H100 70.9% / 80.3% (kernels.csv); Blackwell measures ~0.95-0.99.",
     )
     fp4_matmul_efficiency_ratio: float = Field(
         0.88, gt=0, le=1.2,

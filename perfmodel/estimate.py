@@ -106,6 +106,11 @@ def cluster_arrays(
         "job_nodes": max(cluster.n_gpus / cluster.gpus_per_node, 1.0),
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
+        # fp8 GEMMs: the GPU's measured fp8 MAMF relative to its bf16 one, else the global ratio
+        "fp8_matmul_efficiency_ratio": (
+            gpu.fp8_matmul_efficiency_max / gpu.matmul_efficiency_max
+            if gpu.fp8_matmul_efficiency_max is not None else constants.fp8_matmul_efficiency_ratio
+        ),
         "host_link_bytes_per_s": gb_per_s_to_bytes_per_s(gpu.host_link_gb_per_s) * constants.host_link_efficiency,
         "host_memory_bytes_per_gpu": constants.host_memory_gib_per_gpu * GIB_BYTES,
         "inter_latency_s": cluster.scale_out_latency_us * US_S,
@@ -136,7 +141,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
 def constant_arrays(constants: CostConstants) -> dict[str, float]:
     keys = (
         "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
-        "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
+        "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param",
         "matmul_training_efficiency", "fp4_matmul_efficiency_ratio", "tp_internode_efficiency",
     )
     return {k: getattr(constants, k) for k in keys}

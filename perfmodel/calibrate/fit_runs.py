@@ -6,8 +6,9 @@ of the rows). ``scipy.optimize.least_squares`` with a robust Cauchy loss (scale 
 error, applied to each run before its source weight) keeps the very slow outliers from
 dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
-* global: attn_efficiency_max, fp8_matmul_efficiency_ratio, tp_internode_efficiency (from the runs
-  whose TP group spans nodes, in any stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
+* global: attn_efficiency_max, fp8_matmul_efficiency_ratio (only for GPUs whose profile has no
+  measured fp8 MAMF), tp_internode_efficiency (from the runs whose TP group spans nodes, in any
+  stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
   fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
   fabric is taken as non-blocking;
 * per fabric with data (e.g. EFA): congestion_nodes;
@@ -71,6 +72,16 @@ def _robust(r: np.ndarray) -> np.ndarray:
     return c * np.sign(r) * np.sqrt(np.log1p((r / c) ** 2))
 
 
+def _fp8_mamf_measured(df: pd.DataFrame) -> np.ndarray:
+    """Rows whose GPU profile states a measured fp8 MAMF (``fp8_matmul_efficiency_max``)."""
+    from perfmodel.catalog import gpu_names, load_gpu
+
+    known = set(gpu_names())
+    names = df["gpu"].fillna("").astype(str).str.strip().str.lower()
+    measured = {g: load_gpu(g).fp8_matmul_efficiency_max is not None for g in set(names) if g in known}
+    return names.map(lambda g: measured.get(g, False)).to_numpy(dtype=bool)
+
+
 def _prepare(df: pd.DataFrame, base: Calibration):
     inputs, status, _, recompute_given = runs_to_inputs(df, base)
     tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(c))})
@@ -97,6 +108,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     gpn = pd.to_numeric(df.get("gpus_per_node"), errors="coerce").to_numpy(dtype=float)
     n_nodes = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float) / np.nan_to_num(gpn, nan=8.0)
     n_nodes = np.maximum(n_nodes, 1.0)
+    # GPUs whose fp8 MAMF is measured (hardware profile) keep it; the global ratio covers the others
+    fp8_measured = _fp8_mamf_measured(df)
 
     src = source_slug(df["run_id"]).to_numpy()
     weight = np.zeros(len(df))
@@ -117,7 +130,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     lowp = inputs["gemm_peak_flop_per_s"] / inputs["bf16_peak_flop_per_s"]
     informed = {
         "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0)).any()),
-        "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5)).any()),
+        "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5) & ~fp8_measured).any()),
         "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
         "tp_internode_efficiency": bool((ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])).any()),
     }
@@ -172,6 +185,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         for (kind, key, p), v in zip(names, x):
             if kind == "global" and p == "congestion_nodes":
                 cong = np.where(np.isinf(cong), v, cong)
+            elif kind == "global" and p == "fp8_matmul_efficiency_ratio":
+                arrs[p] = np.where(fp8_measured, inputs[p], v)
             elif kind == "global":
                 arrs[p] = np.full(len(df), v)
             elif kind == "framework":

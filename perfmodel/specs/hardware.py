@@ -33,6 +33,11 @@ class AcceleratorSpec(BaseModel):
     nvlink_domain_gpus: int = Field(
         default=8, gt=0, description="GPUs that share one NVLink/NVSwitch domain (72 for NVL72)."
     )
+    fp8_matmul_efficiency_max: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Best-shape achievable fp8 (e4m3) matmul / dense fp8 peak (MAMF), where measured; None: "
+        "the bf16 MAMF times the global fp8_matmul_efficiency_ratio.",
+    )
     attention_efficiency_max: float | None = Field(
         default=None, gt=0, le=1,
         description="Flash-attention forward fraction of dense peak at long sequences on this GPU "

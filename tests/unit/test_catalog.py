@@ -174,3 +174,26 @@ def test_malformed_gpu_yaml(tmp_path):
     with pytest.raises(InputError) as exc:
         perfmodel.load_gpu(str(p))
     assert exc.value.field == "gpu"
+
+
+# kernels.csv 'Maximum Achievable Matmul FLOPS' (stas00/ml-engineering): the GPUs measured directly
+MAMF_ROWS = {"h100-sxm5-80gb": "NVIDIA H100 SXM", "h200-sxm-141gb": "NVIDIA H200 SXM", "b200": "NVIDIA B200 SXM",
+             "b300": "NVIDIA B300 SXM", "gb200": "NVIDIA GB200 SXM"}
+
+
+@pytest.mark.parametrize("gpu,row", sorted(MAMF_ROWS.items()))
+def test_fp8_mamf_is_the_measured_one(gpu, row):
+    """The profile's fp8 MAMF is the measured FP8 e4m3 best-shape rate over the profile's own fp8 peak."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    kernels = Path(__file__).resolve().parents[2] / "calibration" / "data" / "kernels.csv"
+    k = pd.read_csv(kernels)
+    hit = k[(k.gpu_type == row) & (k.source_ref == "FP8 e4m3 table")]
+    assert len(hit) == 1
+    spec = perfmodel.catalog.load_gpu(gpu)
+    measured = float(hit.tflops.iloc[0]) / spec.peak_dense_tflop_per_s["fp8"]
+    assert spec.fp8_matmul_efficiency_max == pytest.approx(measured, abs=0.001)
+    # the fp8 GEMM rate never exceeds what was measured, nor the bf16 MAMF's share of its peak by much
+    assert spec.fp8_matmul_efficiency_max <= spec.matmul_efficiency_max + 0.01
