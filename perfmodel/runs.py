@@ -40,8 +40,10 @@ DEFAULTS_DOC = {
     "micro_batch": "1",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
     "recipes), 3 for torchtitan (FSDP2), else 0",
-    "vocab_size": "the framework's reference setting: nanotron 131072 (VOCAB_SIZES in nanotron "
-    "scripts/scaling_benchmarks.py, the generator of its published benchmarks), else 32000 (Llama-2 tokenizer)",
+    "vocab_size": "nanotron: 131072 (VOCAB_SIZES in nanotron scripts/scaling_benchmarks.py, the generator "
+    "of its published benchmarks); else the vocabulary of the catalog model with the same layers, hidden, "
+    "ffn, heads and MLP kind when the catalog names exactly one (GPT-3 175B 51200, Nemotron-3 8B 256000); "
+    "else 32000 (Llama-2 tokenizer)",
     "tied_embeddings": "nanotron: tied when ffn_hidden_size < 10000 (scripts/scaling_benchmarks.py); "
     "else yes for GELU (GPT-family) models, no otherwise",
     "gpus_per_node": "the GPU profile's default_gpus_per_node",
@@ -50,6 +52,26 @@ DEFAULTS_DOC = {
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
+
+def _catalog_vocab(df: pd.DataFrame, mlp: np.ndarray) -> np.ndarray:
+    """Vocabulary of the catalog model with the row's (layers, hidden, ffn, heads, MLP kind), where the
+    catalog names one vocabulary for that shape (Llama-2 and Llama-3 70B share a shape: no answer); NaN
+    where it names none."""
+    from perfmodel.catalog import load_model, model_names
+
+    vocabs: dict[tuple, set] = {}
+    for name in model_names():
+        m = load_model(name)
+        key = (float(m.n_layers), float(m.hidden_size), float(m.ffn_hidden_size), float(m.n_heads), m.mlp)
+        vocabs.setdefault(key, set()).add(float(m.vocab_size))
+    shape = np.stack([_num(df, c) for c in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads")], axis=1)
+    out = np.full(len(df), np.nan)
+    for i, (row, kind) in enumerate(zip(shape.tolist(), mlp)):
+        found = vocabs.get((*row, kind), set())
+        if len(found) == 1:
+            out[i] = next(iter(found))
+    return out
+
 
 REQUIRED = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
             "tp", "pp", "dp", "global_batch")
@@ -171,7 +193,9 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
 
     nanotron = framework == "nanotron"
     vocab = _num(df, "vocab_size")
-    vocab = np.where(np.isnan(vocab), np.where(nanotron, 131072.0, 32000.0), vocab)
+    vocab = np.where(np.isnan(vocab) & nanotron, 131072.0, vocab)
+    vocab = np.where(np.isnan(vocab), _catalog_vocab(df, mlp), vocab)
+    vocab = np.where(np.isnan(vocab), 32000.0, vocab)
     tied = _num(df, "tied_embeddings")
     tied_default = np.where(nanotron, _num(df, "ffn_hidden_size") < 10000, mlp == "gelu")
     tied = np.where(np.isnan(tied), tied_default, tied > 0)

@@ -23,3 +23,25 @@ def test_sequence_parallel_default_follows_the_stack():
     assert sp_of("some-unknown-stack") == 0.0
     assert sp_of("megatron-lm", tp=1) == 0.0  # nothing to split without TP
     assert "Megatron-DeepSpeed" in DEFAULTS_DOC["sp"]
+
+
+def vocab_of(**over) -> float:
+    df = pd.DataFrame([dict(ROW, framework="nemo", **over)])
+    inputs, status, reason, _ = runs_to_inputs(df)
+    assert status[0] == "ok", reason[0]
+    return float(inputs["vocab_size"][0])
+
+
+def test_blank_vocabulary_comes_from_the_catalog_model_of_that_shape():
+    nemotron8b = dict(n_layers=32, hidden_size=4096, ffn_hidden_size=16384, n_heads=32, tp=2, pp=1, dp=4,
+                      n_gpus=8, global_batch=64)
+    assert vocab_of(mlp="relu2", **nemotron8b) == 256000.0    # Nemotron-3 8B's 256K tokenizer
+    assert vocab_of(mlp="gelu", **nemotron8b) == 32000.0      # same shape, another MLP: not that model
+    assert vocab_of(mlp="relu2", vocab_size=1000, **nemotron8b) == 1000.0  # a stated vocabulary wins
+    gpt3 = dict(n_layers=96, hidden_size=12288, ffn_hidden_size=49152, n_heads=96, mlp="gelu")
+    assert vocab_of(**gpt3) == 51200.0
+    # Llama-2 70B and Llama-3 70B share a shape but not a vocabulary: no guess, the documented 32000
+    llama70 = dict(n_layers=80, hidden_size=8192, ffn_hidden_size=28672, n_heads=64, mlp="swiglu", tp=8, pp=4,
+                   dp=12, n_gpus=384, global_batch=1536)
+    assert vocab_of(**llama70) == 32000.0
+    assert "catalog" in DEFAULTS_DOC["vocab_size"]
