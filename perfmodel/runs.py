@@ -53,6 +53,7 @@ DEFAULTS_DOC = {
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
 
+
 def _catalog_vocab(df: pd.DataFrame, mlp: np.ndarray) -> np.ndarray:
     """Vocabulary of the catalog model with the row's (layers, hidden, ffn, heads, MLP kind), where the
     catalog names one vocabulary for that shape (Llama-2 and Llama-3 70B share a shape: no answer); NaN
@@ -194,7 +195,9 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     nanotron = framework == "nanotron"
     vocab = _num(df, "vocab_size")
     vocab = np.where(np.isnan(vocab) & nanotron, 131072.0, vocab)
-    vocab = np.where(np.isnan(vocab), _catalog_vocab(df, mlp), vocab)
+    blank = np.isnan(vocab)
+    if blank.any():
+        vocab[blank] = _catalog_vocab(df[blank], mlp[blank])
     vocab = np.where(np.isnan(vocab), 32000.0, vocab)
     tied = _num(df, "tied_embeddings")
     tied_default = np.where(nanotron, _num(df, "ffn_hidden_size") < 10000, mlp == "gelu")
