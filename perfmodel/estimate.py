@@ -125,6 +125,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "dp_overlap": profile.dp_overlap,
         "param_gather_overlap": profile.param_gather_overlap,
         "zero1_all_reduce_grads": float(profile.zero1_all_reduce_grads),
+        "fp8_saves_quantized_inputs": float(profile.fp8_saves_quantized_inputs),
         "pp_overlap": profile.pp_overlap,
         "layer_overhead_s": profile.layer_overhead_s,
         "microbatch_overhead_s": profile.microbatch_overhead_s,

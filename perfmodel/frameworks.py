@@ -47,6 +47,10 @@ class FrameworkProfile(BaseModel):
         False, description="ZeRO-1 keeps the full gradient all-reduce (overlapped like plain DP) and then "
         "all-gathers the updated parameters after the optimizer step, instead of a reduce-scatter."
     )
+    fp8_saves_quantized_inputs: bool = Field(
+        False, description="In fp8/fp4 runs the linear layers keep the 1-byte quantized copy of their input "
+        "for backward (Transformer Engine), not the 16-bit one (torchao Float8Linear keeps the 16-bit input)."
+    )
     grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")
     runtime_reserved_gib: float = Field(3.0, ge=0, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     source: str = ""
@@ -54,7 +58,7 @@ class FrameworkProfile(BaseModel):
 
 _MEGATRON_TE = dict(
     tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5,
-    step_overhead_s=0.05,
+    step_overhead_s=0.05, fp8_saves_quantized_inputs=True,
     source="Megatron-Core + TransformerEngine: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather "
     "(NeMo/Megatron-Bridge performance recipes)",
 )
@@ -62,8 +66,9 @@ _MEGATRON_TE = dict(
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
     "megatron-lm": FrameworkProfile(
-        tp_overlap=0.0, dp_overlap=0.5, param_gather_overlap=0.5, pp_overlap=0.3,
-        source="Megatron-LM: overlapped grad reduce since 2023, no TP overlap by default",
+        tp_overlap=0.0, dp_overlap=0.5, param_gather_overlap=0.5, pp_overlap=0.3, fp8_saves_quantized_inputs=True,
+        source="Megatron-LM: overlapped grad reduce since 2023, no TP overlap by default; fp8 through "
+        "TransformerEngine",
     ),
     "nemo": FrameworkProfile(**_MEGATRON_TE),
     "megatron-bridge": FrameworkProfile(**_MEGATRON_TE),

@@ -52,6 +52,7 @@ STEP_INPUTS = (
     "cp_ulysses", "offload_fraction", "host_link_bytes_per_s", "host_memory_bytes_per_gpu",
     # framework
     "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap", "zero1_all_reduce_grads",
+    "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     # constants
@@ -171,8 +172,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
     # to host memory after its forward and comes back before its backward, on a copy stream that
     # overlaps the forward / backward compute of the stage
+    # Transformer Engine keeps the fp8 copies of the linear inputs in fp8/fp4 runs
+    quantized_inputs = (peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0)
     act_layer = activation_bytes_per_layer(
-        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s
+        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
+        quantized_inputs=quantized_inputs,
     )
     act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
@@ -295,7 +299,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # full recompute re-materialises one layer's activations during its backward
     act_working = np.where(
         rc == RECOMPUTE_FULL,
-        activation_bytes_per_layer(s_loc, b, h, ffn, a, kv, mm, tp, sp, 0.0, flash, f64["dropout"], seq_len_kv=s),
+        activation_bytes_per_layer(s_loc, b, h, ffn, a, kv, mm, tp, sp, 0.0, flash, f64["dropout"], seq_len_kv=s,
+                                   quantized_inputs=quantized_inputs),
         0.0,
     )
     offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])

@@ -16,6 +16,13 @@ K (4, K scaled by kv/a for GQA), V (2, likewise), the projection input (2) and t
 intermediate tensors (2 bytes x 2 tensors x ffn for GELU, x 3 for SwiGLU). Flash attention
 (Dao et al. 2022) keeps no s x s tensors, only the fp32 log-sum-exp (4 a s b bytes).
 
+Low-precision GEMM inputs: Transformer Engine's fp8 Linear keeps the quantized (1-byte) copy of
+its input for the weight-gradient GEMM instead of the 16-bit one (transformer_engine/pytorch/
+module/linear.py and layernorm_linear.py: ``saved_inputmat`` is the fp8 ``inputmat`` / its
+transpose unless the recipe overrides wgrad precision). With ``quantized_inputs`` the inputs of
+the four linear layers shrink by half: the QKV and first-MLP inputs (2 s b h of the unsplit part),
+the projection input (s b h) and the second-MLP input (s b ffn). For GPT, 34 -> 27 s b h.
+
 Balanced recompute (Yuan et al., USENIX ATC'24, "compute-memory balanced checkpointing";
 Megatron-Kwai --kaimm-recompute-norm --kaimm-recompute-mlp-activation-func) re-runs the two
 norms and the MLP activation in backward: the norm outputs (QKV and first-MLP inputs, 4 s b h,
@@ -42,11 +49,13 @@ def activation_bytes_per_layer(
     flash_attention,
     dropout,
     seq_len_kv=None,
+    quantized_inputs=0.0,
 ):
     """Bytes of activations one layer keeps for backward, for one micro-batch on one GPU.
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
-    attention scores of non-flash attention.
+    attention scores of non-flash attention; ``quantized_inputs`` (0/1): linear-layer inputs are
+    kept as their 1-byte fp8 copies.
     """
     s = np.asarray(seq_len, dtype=float)
     s_kv = s if seq_len_kv is None else seq_len_kv
@@ -65,6 +74,11 @@ def activation_bytes_per_layer(
     balanced = recompute == RECOMPUTE_BALANCED
     unsplit = unsplit - np.where(balanced, 4.0 * sbh / sp_div, 0.0)
     split = split - np.where(balanced, 2.0 * s * micro_batch * ffn_hidden_size, 0.0)
+    # fp8 copies of the linear inputs: the projection input, and the QKV / first-MLP inputs (norm
+    # outputs) and second-MLP input (activation output) unless balanced recompute already drops them
+    q = np.asarray(quantized_inputs, dtype=float) > 0
+    unsplit = unsplit - np.where(q & ~balanced, 2.0 * sbh / sp_div, 0.0)
+    split = split - np.where(q, sbh + np.where(balanced, 0.0, s * micro_batch * ffn_hidden_size), 0.0)
     full = unsplit + (split + scores) / tp
     return np.where(recompute == RECOMPUTE_FULL, 2.0 * sbh / sp_div, full)
 

@@ -178,3 +178,25 @@ def test_zero_stage_closed_forms(grad_bytes, dp):
         assert float(w + g + o) == pytest.approx(total, rel=1e-12)
         totals.append(float(w + g + o))
     assert all(a >= b for a, b in zip(totals, totals[1:]))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_fp8_linear_inputs_kept_quantized(shape):
+    """Transformer Engine keeps 1-byte copies of the four linear inputs: with SP, GPT's 34/t s b h
+    becomes 27/t (QKV and first-MLP inputs 2 -> 1 each, projection input 2 -> 1, second-MLP input
+    8 -> 4); a SwiGLU MLP saves s b ffn on its second input instead of 4 s b h."""
+    s, b, h, a, t = shape
+    kw = dict(flash_attention=0, dropout=1)
+    bf16 = float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_SELECTIVE, **kw))
+    fp8 = float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_SELECTIVE,
+                                           quantized_inputs=1.0, **kw))
+    assert bf16 == pytest.approx(34.0 * s * b * h / t)
+    assert fp8 == pytest.approx(27.0 * s * b * h / t)
+    ffn = 3.5 * h
+    swiglu = [float(activation_bytes_per_layer(s, b, h, ffn, a, a // 4 or 1, 3, t, 1, RECOMPUTE_SELECTIVE,
+                                               quantized_inputs=q, **kw)) for q in (0.0, 1.0)]
+    assert swiglu[0] - swiglu[1] == pytest.approx((3.0 * s * b * h + s * b * ffn) / t)
+    # full recompute keeps only the 16-bit layer input either way
+    full = [float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_FULL, quantized_inputs=q,
+                                             **kw)) for q in (0.0, 1.0)]
+    assert full[0] == full[1] == pytest.approx(2.0 * s * b * h / t)
