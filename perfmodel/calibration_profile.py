@@ -29,7 +29,8 @@ NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ri
 #: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
 NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
-GPU_OVERRIDABLE = {"matmul_efficiency_max", "intra_node_latency_us", "scale_out_latency_us", "attention_efficiency_max"}
+GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_node_latency_us",
+                   "scale_out_latency_us", "attention_efficiency_max"}
 
 
 class Calibration(BaseModel):
@@ -130,6 +131,9 @@ def _load(path_str: str) -> Calibration:
         cal = Calibration(**data)
         cal.cost_constants()
         for name, over in cal.frameworks.items():
+            if name not in PROFILES:
+                raise InputError(f"calibration.frameworks.{name}",
+                                 f"unknown framework (known: {', '.join(sorted(PROFILES))})", where=str(path))
             try:
                 FrameworkProfile(**{**framework_profile(name).model_dump(), **over})
             except ValidationError as exc:

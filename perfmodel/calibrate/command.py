@@ -36,20 +36,33 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[float, pd.DataFrame]:
+def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[dict[str, float], pd.DataFrame]:
     """Fit the best-shape matmul efficiency of ``gpu_name`` to measured GEMM times (robust, on
-    log time) through the same wave-quantized roofline the step model uses."""
+    log time) through the same wave-quantized roofline the step model uses: 16-bit rows give
+    ``matmul_efficiency_max``, 8-bit and 4-bit rows (peak above the 16-bit one) give
+    ``fp8_matmul_efficiency_max``, each against its own dense peak."""
     gpu = load_gpu(gpu_name)
     peak = np.array([gpu.peak_flop_per_s(str(d).lower().replace("float16", "fp16")) for d in gemm["dtype"]])
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
     t = gemm["time_s"].to_numpy(dtype=float)
+    lowp = peak > gpu.peak_flop_per_s("bf16")
 
-    def resid(x):
-        return np.log(gemm_time_s(m, n, k, peak, x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s) / t)
+    def resid(x, sel):
+        return np.log(gemm_time_s(m[sel], n[sel], k[sel], peak[sel], x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s)
+                      / t[sel])
 
-    res = least_squares(resid, [gpu.matmul_efficiency_max], bounds=([0.05], [1.0]), loss="soft_l1", f_scale=0.1)
-    err = np.abs(np.exp(resid(res.x)) - 1.0) * 100
-    return float(res.x[0]), pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
+    fitted: dict[str, float] = {}
+    err = np.full(len(t), np.nan)
+    start = {"matmul_efficiency_max": gpu.matmul_efficiency_max,
+             "fp8_matmul_efficiency_max": gpu.fp8_matmul_efficiency_max or 0.88 * gpu.matmul_efficiency_max}
+    for key, sel in (("matmul_efficiency_max", ~lowp), ("fp8_matmul_efficiency_max", lowp)):
+        if not sel.any():
+            continue
+        res = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([0.05], [1.0]), loss="soft_l1",
+                            f_scale=0.1)
+        fitted[key] = float(res.x[0])
+        err[sel] = np.abs(np.exp(resid(res.x, sel)) - 1.0) * 100
+    return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
 
 
 def _write_atomic(profile: dict, out: Path) -> None:
@@ -120,12 +133,13 @@ def run_calibration(
             shown = f"{med:.1f}%" if isinstance(med, (int, float)) else "n/a"
             echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
     for p, g in parsed_gemm:
-        eff, errs = fit_gemm(g, spec.name)
-        gpus_over.setdefault(spec.name, {})["matmul_efficiency_max"] = eff
+        effs, errs = fit_gemm(g, spec.name)
+        gpus_over.setdefault(spec.name, {}).update(effs)
         med = float(errs.abs_err_pct.median())
         inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
-                       "median_abs_err_pct": med, "matmul_efficiency_max": eff})
-        echo(f"gemm {p}: {len(g)} shapes, matmul_efficiency_max = {eff:.3f}, median |error| = {med:.1f}%")
+                       "median_abs_err_pct": med, **effs})
+        shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items())
+        echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%")
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
         inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "kernel_time_s": cats})

@@ -6,8 +6,8 @@ of the rows). ``scipy.optimize.least_squares`` with a robust Cauchy loss (scale 
 error, applied to each run before its source weight) keeps the very slow outliers from
 dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
-* global: attn_efficiency_max, fp8_matmul_efficiency_ratio (only for GPUs whose profile has no
-  measured fp8 MAMF), tp_internode_efficiency (from the runs whose TP group spans nodes, in any
+* global: attn_efficiency_max and fp8_matmul_efficiency_ratio (each only for GPUs that state no
+  measured flash-attention rate / fp8 MAMF of their own), tp_internode_efficiency (from the runs whose TP group spans nodes, in any
   stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
   fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
   fabric is taken as non-blocking;
@@ -26,6 +26,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from perfmodel.calibration_profile import Calibration
+from perfmodel.frameworks import PROFILES
 from perfmodel.runs import runs_to_inputs
 from perfmodel.step import step_costs
 from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
@@ -72,14 +73,21 @@ def _robust(r: np.ndarray) -> np.ndarray:
     return c * np.sign(r) * np.sqrt(np.log1p((r / c) ** 2))
 
 
-def _fp8_mamf_measured(df: pd.DataFrame) -> np.ndarray:
-    """Rows whose GPU profile states a measured fp8 MAMF (``fp8_matmul_efficiency_max``)."""
-    from perfmodel.catalog import gpu_names, load_gpu
+def _gpu_states(df: pd.DataFrame, base: Calibration, field: str) -> np.ndarray:
+    """Rows whose GPU (catalog name or profile YAML, with the base calibration's overrides) states
+    its own ``field`` (e.g. a measured ``fp8_matmul_efficiency_max``): a global fitted value that
+    stands in for it must neither be fitted on nor applied to those rows."""
+    from perfmodel.catalog import load_gpu
+    from perfmodel.errors import InputError
 
-    known = set(gpu_names())
-    names = df["gpu"].fillna("").astype(str).str.strip().str.lower()
-    measured = {g: load_gpu(g).fp8_matmul_efficiency_max is not None for g in set(names) if g in known}
-    return names.map(lambda g: measured.get(g, False)).to_numpy(dtype=bool)
+    names = df["gpu"].fillna("").astype(str).str.strip()
+    states: dict[str, bool] = {}
+    for g in set(names):
+        try:
+            states[g] = getattr(base.gpu(load_gpu(g)), field) is not None
+        except (InputError, OSError, ValueError):
+            states[g] = False
+    return names.map(states).to_numpy(dtype=bool)
 
 
 def _prepare(df: pd.DataFrame, base: Calibration):
@@ -103,13 +111,16 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     the ZeRO-3 runs of ``df``."""
     base = base or Calibration()
     inputs, ok, truth = _prepare(df, base)
-    framework = df["framework"].fillna("generic").astype(str).str.lower().to_numpy()
+    # a stack without a profile of its own runs (and is fitted) as the generic one
+    framework = df["framework"].fillna("generic").astype(str).str.strip().str.lower().to_numpy()
+    framework = np.where(np.isin(framework, list(PROFILES)), framework, "generic")
     network = df.get("network", pd.Series([""] * len(df))).fillna("").astype(str).str.strip().str.lower().to_numpy()
     gpn = pd.to_numeric(df.get("gpus_per_node"), errors="coerce").to_numpy(dtype=float)
     n_nodes = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float) / np.nan_to_num(gpn, nan=8.0)
     n_nodes = np.maximum(n_nodes, 1.0)
-    # GPUs whose fp8 MAMF is measured (hardware profile) keep it; the global ratio covers the others
-    fp8_measured = _fp8_mamf_measured(df)
+    # GPUs with a measured fp8 MAMF / flash-attention rate keep it; the global values cover the others
+    fp8_measured = _gpu_states(df, base, "fp8_matmul_efficiency_max")
+    attn_measured = _gpu_states(df, base, "attention_efficiency_max")
 
     src = source_slug(df["run_id"]).to_numpy()
     weight = np.zeros(len(df))
@@ -129,7 +140,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     # a global parameter is fitted only when some rows inform it (else it keeps its default)
     lowp = inputs["gemm_peak_flop_per_s"] / inputs["bf16_peak_flop_per_s"]
     informed = {
-        "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0)).any()),
+        "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0) & ~attn_measured).any()),
         "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5) & ~fp8_measured).any()),
         "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
         "tp_internode_efficiency": bool((ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])).any()),
@@ -187,6 +198,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
                 cong = np.where(np.isinf(cong), v, cong)
             elif kind == "global" and p == "fp8_matmul_efficiency_ratio":
                 arrs[p] = np.where(fp8_measured, inputs[p], v)
+            elif kind == "global" and p == "attn_efficiency_max":
+                arrs[p] = np.where(attn_measured, inputs[p], v)
             elif kind == "global":
                 arrs[p] = np.full(len(df), v)
             elif kind == "framework":
@@ -234,7 +247,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None,
                          pairs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Refit without each source and predict it: per-source MAPE of tokens/s/GPU, cross-validated.
-    Framework parameters of a framework seen only in the held-out source keep their defaults."""
+    Framework parameters of a framework seen only in the held-out source keep their defaults
+    (DeepSpeed's are still fitted to the ZeRO-3/ZeRO++ pairs when ``pairs`` is given)."""
     from perfmodel.validate import error_table, predict_runs
 
     src = source_slug(df["run_id"])

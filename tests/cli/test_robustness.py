@@ -48,6 +48,9 @@ def test_binary_and_folder_inputs(tmp_path):
     stale.write_text("frameworks:\n  nanotron:\n    tp_internode_efficiency: 0.2\n")
     assert_one_error(run("estimate", *BASE, "--calibration", str(stale)),
                      "calibration.frameworks.nanotron.tp_internode_efficiency")
+    typo = tmp_path / "typo.yaml"  # a framework name no profile has would be silently ignored
+    typo.write_text("frameworks:\n  nanotorn:\n    kernel_efficiency: 0.9\n")
+    assert_one_error(run("estimate", *BASE, "--calibration", str(typo)), "calibration.frameworks.nanotorn")
     assert_one_error(run("validate", str(tmp_path), "--out", str(tmp_path / "p.csv")), "folder")
     header_only = tmp_path / "h.csv"
     header_only.write_text(RUNS.read_text().splitlines()[0] + "\n")

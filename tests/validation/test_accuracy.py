@@ -81,6 +81,25 @@ def test_pairs_inform_deepspeed_without_any_deepspeed_run(runs):
     assert fit.calibration.frameworks["deepspeed"]["kernel_efficiency"] == fit.params["deepspeed.kernel_efficiency"]
 
 
+def test_fit_and_prediction_agree_for_an_unknown_stack_and_a_gpu_file(runs):
+    """A stack without a profile runs as ``generic`` and a GPU may be given as a profile file: the
+    fitted calibration must predict the rows it was fitted on as well as the fit saw them."""
+    from perfmodel.catalog import PROFILES_DIR
+
+    sub = runs[runs.run_id.str.startswith(("kort22", "sc21-t1", "mlm20", "nemo2407"))].reset_index(drop=True)
+    sub = sub.assign(framework="My-Stack ",
+                     gpu=[str(PROFILES_DIR / f"{g}.yaml") if i % 2 else g for i, g in enumerate(sub.gpu)])
+    truth = Calibration(frameworks={"generic": {"kernel_efficiency": 0.7}})
+    synthetic = sub.assign(tokens_per_s_per_gpu=predict_runs(sub, truth)["pred_tokens_per_s_per_gpu"].to_numpy())
+    fit = fit_runs(synthetic, Calibration())
+    assert fit.params["generic.kernel_efficiency"] == pytest.approx(0.7, rel=0.05)
+    fitted = float(fit.residuals.log_ratio.abs().mean())
+    pred = predict_runs(synthetic, fit.calibration)["pred_tokens_per_s_per_gpu"].to_numpy()
+    predicted = float(np.abs(np.log(pred / synthetic.tokens_per_s_per_gpu.to_numpy())).mean())
+    assert fitted < 0.02
+    assert predicted == pytest.approx(fitted, abs=1e-6)
+
+
 def test_nanotron_zero1_vs_zero0_contrast(runs):
     """The HF playbook sweep ran many configurations twice, with ZeRO-0 and ZeRO-1. Measured, ZeRO-1 is
     slower at large DP (its parameter all-gather after the step is exposed, nanotron optim/zero.py).
