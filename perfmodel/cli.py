@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from perfmodel.errors import InputError, from_validation_error
+from perfmodel.errors import InputError, NothingUsable, from_validation_error
 
 app = typer.Typer(
     add_completion=False,
@@ -234,6 +234,9 @@ def calibrate(
         )
     except (InputError, ValidationError) as exc:
         fail(exc)
+    except NothingUsable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
 
 
 from perfmodel.search.cli import recommend as _recommend  # noqa: E402

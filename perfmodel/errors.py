@@ -18,6 +18,10 @@ class InputError(ValueError):
         super().__init__(f"{prefix}{field}: {rule}")
 
 
+class NothingUsable(Exception):
+    """The inputs were valid but yielded nothing to use (exit code 1, one ``error:`` line)."""
+
+
 def from_validation_error(exc, prefix: str = "", where: str | None = None) -> InputError:
     """Turn a pydantic ``ValidationError`` into one InputError (its first error):
     ``prefix.field.path: message``."""

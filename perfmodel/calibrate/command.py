@@ -16,6 +16,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+import sys
 
 import numpy as np
 import pandas as pd
@@ -25,7 +26,7 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, NothingUsable
 
 
 def sha256_of(path: Path) -> str:
@@ -164,11 +165,21 @@ def run_calibration(
     if parsed_runs:
         from perfmodel.calibrate.fit_runs import fit_runs
 
+        from perfmodel.validate import error_table, predict_runs
+
         df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
+        scorable = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()
+        if scorable.empty:
+            what = (f"none of the {len(df)} runs in {', '.join(str(p) for p, _ in parsed_runs)} could be costed "
+                    "and scored (perfmodel validate gives each row's reason)")
+            if not (parsed_nccl or parsed_gemm or parsed_traces or parsed_logs):
+                raise NothingUsable(f"runs: {what}; nothing to fit, no profile written")
+            print(f"warning: runs: {what}; no runs parameter fitted", file=sys.stderr)
+            parsed_runs = []
+    if parsed_runs:
         pairs_df = pd.read_csv(pairs) if pairs is not None else None
         fit = fit_runs(df, cal, pairs=pairs_df)
         cal = fit.calibration
-        from perfmodel.validate import error_table, predict_runs
 
         per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
         for p, d in parsed_runs:

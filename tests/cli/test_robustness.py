@@ -75,3 +75,15 @@ def test_broken_rows_are_invalid_and_the_rest_predicted(tmp_path):
     for i, field in enumerate(["tp", "n_layers", "seq_len", "zero_stage", "mlp"]):
         assert field in pred["reason"][i]
     assert (pred["status"][5:] == "ok").all()
+
+
+def test_calibrate_with_no_usable_run_exits_1_without_a_profile(tmp_path):
+    df = pd.read_csv(RUNS).head(5).assign(tp=3)  # 3 divides no head count or GPU count here
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    out = tmp_path / "p.yaml"
+    res = run("calibrate", "--gpu", "h100-sxm5-80gb", "--runs", str(src), "--out", str(out))
+    assert res.returncode == 1, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: runs:") and "Traceback" not in res.stderr
+    assert not out.exists()
