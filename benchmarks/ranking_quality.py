@@ -63,6 +63,11 @@ def main() -> int:
     print(f"groups {len(table)} (rows {int(table.configs.sum())}); mean Spearman {table.spearman.mean():.3f} "
           f"(median {table.spearman.median():.3f}, over {int(table.spearman.notna().sum())} groups with spread); "
           f"mean top-1 regret {table.top1_regret.mean():.1%} (median {table.top1_regret.median():.1%})")
+    hf = table.source == "hfpb"
+    for label, part in (("HF playbook", table[hf]), ("other sources", table[~hf])):
+        if len(part):
+            print(f"  {label}: {len(part)} groups, mean Spearman {part.spearman.mean():.3f}, "
+                  f"mean top-1 regret {part.top1_regret.mean():.1%}")
     return 0
 
 

@@ -131,6 +131,10 @@ def _load(path_str: str) -> Calibration:
         cal = Calibration(**data)
         cal.cost_constants()
         for name, over in cal.frameworks.items():
+            if "tp_internode_efficiency" in over:  # a profile written before it became a shared constant
+                raise InputError(f"calibration.frameworks.{name}.tp_internode_efficiency",
+                                 "moved to constants.tp_internode_efficiency (cross-node TP, whatever the stack)",
+                                 where=str(path))
             if name not in PROFILES:
                 raise InputError(f"calibration.frameworks.{name}",
                                  f"unknown framework (known: {', '.join(sorted(PROFILES))})", where=str(path))

@@ -47,7 +47,7 @@ def test_binary_and_folder_inputs(tmp_path):
     stale = tmp_path / "stale.yaml"  # a key a framework profile does not have, named with its framework
     stale.write_text("frameworks:\n  nanotron:\n    tp_internode_efficiency: 0.2\n")
     assert_one_error(run("estimate", *BASE, "--calibration", str(stale)),
-                     "calibration.frameworks.nanotron.tp_internode_efficiency")
+                     "calibration.frameworks.nanotron.tp_internode_efficiency: moved to constants")
     typo = tmp_path / "typo.yaml"  # a framework name no profile has would be silently ignored
     typo.write_text("frameworks:\n  nanotorn:\n    kernel_efficiency: 0.9\n")
     assert_one_error(run("estimate", *BASE, "--calibration", str(typo)), "calibration.frameworks.nanotorn")
