@@ -136,6 +136,9 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "zero3_overlap": profile.zero3_overlap,
         "zero3_step_latency_s": profile.zero3_step_latency_s,
         "zero3_max_live_params": profile.zero3_max_live_params,
+        "zero3_keep_params_with_pp": float(profile.zero3_keep_params_with_pp),
+        "selective_alternate_mm": float(profile.selective_alternate_mm),
+        "sp_batch_copies": float(profile.sp_batch_copies),
     }
 
 

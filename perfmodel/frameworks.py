@@ -47,6 +47,21 @@ class FrameworkProfile(BaseModel):
         False, description="ZeRO-1 keeps the full gradient all-reduce (overlapped like plain DP) and then "
         "all-gathers the updated parameters after the optimizer step, instead of a reduce-scatter."
     )
+    zero3_keep_params_with_pp: bool = Field(
+        False, description="ZeRO-3 with pipeline parallelism keeps the gathered parameters and the unsharded "
+        "gradients for the whole step: one all-gather and one reduce-scatter per step, not per micro-batch "
+        "(torchtitan: fsdp_reshard_after_forward 'default' = not pp_enabled; torch.distributed.pipelining "
+        "turns off reshard-after-backward and gradient sync until the last backward)."
+    )
+    selective_alternate_mm: bool = Field(
+        False, description="'selective' recompute is torchtitan's op-level policy (selective_ac_option = "
+        "'op'): every other matmul output and the attention output are kept, the other matmuls and all "
+        "element-wise work are recomputed (instead of Korthikanti's attention-only recompute)."
+    )
+    sp_batch_copies: bool = Field(
+        False, description="Sequence parallelism shards dim 1 of [b, s, h] tensors: with micro-batches of more "
+        "than one sequence every TP all-gather and reduce-scatter also copies the whole tensor (torchtitan)."
+    )
     fp8_saves_quantized_inputs: bool = Field(
         False, description="In fp8/fp4 runs the linear layers keep the 1-byte quantized copy of their input "
         "for backward (Transformer Engine), not the 16-bit one (torchao Float8Linear keeps the 16-bit input)."
@@ -93,7 +108,10 @@ PROFILES: dict[str, FrameworkProfile] = {
         "gradient, then step() all-gathers the parameters (_all_gather_params), after the backward",
     ),
     "torchtitan": FrameworkProfile(
-        dp_overlap=0.9, param_gather_overlap=0.9, zero3_overlap=0.9, source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter",
+        dp_overlap=0.9, param_gather_overlap=0.9, zero3_overlap=0.9, zero3_keep_params_with_pp=True,
+        selective_alternate_mm=True, sp_batch_copies=True,
+        source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter; with PP the "
+        "parameters stay gathered for the step (torchtitan/distributed/fsdp.py reshard policy 'default')",
     ),
     "flash-attn": FrameworkProfile(dp_overlap=0.8, source="flash-attention training scripts (Lightning DDP)"),
     "meta-internal": FrameworkProfile(**_MEGATRON_TE),

@@ -24,9 +24,15 @@ MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu"
 
 #: Megatron-family stacks with sequence parallelism (Korthikanti et al. 2022); not Megatron-DeepSpeed
 #: as the data use it (BLOOM era): the BigScience fork's megatron/mpu/mappings.py has no sequence-
-#: parallel regions, only the all-reduce / split / gather of tensor parallelism
+#: parallel regions, only the all-reduce / split / gather of tensor parallelism. torchtitan's TP plan
+#: (``apply_tp`` of its Llama parallelize module: ``"attention_norm": SequenceParallel()``, likewise
+#: ffn_norm) always shards the norms over the sequence and gathers / scatters around the linears.
 SP_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
-                 "gpt-neox", "nanotron"}
+                 "gpt-neox", "nanotron", "torchtitan"}
+#: stacks that split a step's local batch into one micro-batch per pipeline stage by default
+#: (torchtitan 2024 config_manager.py: --experimental.pipeline_parallel_microbatches "The default
+#: value will be the number of pipeline stages, if unspecified")
+PP_MICROBATCHES_PER_STAGE = {"torchtitan"}
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
 
@@ -34,10 +40,12 @@ DEFAULTS_DOC = {
     "precision": "bf16 (fp16 on V100, which has no bf16)",
     "vpp": "1 (not interleaved)",
     "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
-    "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode), else off "
-    "(Megatron-DeepSpeed of the BLOOM era has none)",
+    "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
+    "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "
+    "has none)",
     "recompute": "the least recomputation that fits: none, else selective, else full",
-    "micro_batch": "1",
+    "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
+    "2024 default for --experimental.pipeline_parallel_microbatches)",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
     "recipes), 3 for torchtitan (FSDP2), else 0",
     "vocab_size": "nanotron: 131072 (VOCAB_SIZES in nanotron scripts/scaling_benchmarks.py, the generator "
@@ -151,8 +159,15 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     tp, pp, dp, cp = (_num(df, c, 1.0) for c in ("tp", "pp", "dp", "cp"))
     cp = np.nan_to_num(cp, nan=1.0)
     n_gpus = _num(df, "n_gpus")
-    mb = np.nan_to_num(_num(df, "micro_batch"), nan=1.0)
     gb = _num(df, "global_batch")
+    mb_col = _num(df, "micro_batch")
+    # torchtitan (2024) splits the local batch into as many micro-batches as pipeline stages unless
+    # told otherwise (--experimental.pipeline_parallel_microbatches, default: the number of stages)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_stage = gb / (dp * pp)
+    stages_split = np.isin(framework, list(PP_MICROBATCHES_PER_STAGE)) & (pp > 1) & (per_stage >= 1) & (
+        np.mod(per_stage, 1) == 0)
+    mb = np.where(np.isnan(mb_col), np.where(stages_split, per_stage, 1.0), mb_col)
     heads = _num(df, "n_heads")
     kv = _num(df, "n_kv_heads")
     kv = np.where(np.isnan(kv), heads, kv)

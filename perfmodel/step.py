@@ -55,6 +55,7 @@ STEP_INPUTS = (
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
+    "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies",
     # constants
     "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
@@ -139,9 +140,17 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     balanced_rc = elementwise_time_s(
         ACT_BYTES * tokens * (4.0 * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]
     ) / ke
+    # torchtitan's op-level selective recompute re-runs the unsaved matmuls (k, o and the MLP's
+    # second one in forward order) and all element-wise work, not the attention
+    alt_mm = f64["selective_alternate_mm"] > 0
+    if np.any(alt_mm):  # (skipped when no stack in the batch uses it: keeps the search fast)
+        alternate_rc = gemm(tokens, kv_w / tp, h) + gemm(tokens, h, h / tp) + gemm(tokens, ffn / tp, h) + elem_f
+        selective_rc = np.where(alt_mm, alternate_rc, attn_f)
+    else:
+        selective_rc = attn_f
     layer_rc = np.select(
         [rc == RECOMPUTE_FULL, rc == RECOMPUTE_SELECTIVE, rc == RECOMPUTE_BALANCED],
-        [layer_f, attn_f, balanced_rc], 0.0,
+        [layer_f, selective_rc, balanced_rc], 0.0,
     )
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
@@ -155,8 +164,19 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # TP collectives are many mid-size messages on the critical path; across nodes a stack may reach
     # only a fraction of the NIC rate with them (constant tp_internode_efficiency, fitted on the runs)
     tp_ar = coll("all_reduce", tp_bytes, tp, 1.0, nic_scale=f64["tp_internode_efficiency"])
-    tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL)
+    # full recompute re-runs the forward's two; torchtitan's op-level selective recompute re-runs the
+    # sequence-parallel all-gathers in front of the recomputed k and w3 matmuls (half a pass each)
+    # and keeps the reduce-scatter outputs
+    sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
+    tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
     tp_mb = (1.0 - f64["tp_overlap"]) * layers * tp_passes * tp_ar
+    # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
+    # to-be-scattered tensors are not contiguous per rank, so each all-gather / reduce-scatter adds a
+    # copy of the whole s b h tensor (read + write); torchtitan's Llama parallelize module notes the
+    # batch/sequence folding that would avoid it (pytorch/torchtitan PR #437)
+    sp_copy = (f64["sp_batch_copies"] > 0) & (sp > 0) & (tp > 1) & (b > 1)
+    tp_mb = tp_mb + np.where(sp_copy, layers * tp_passes * 2.0 * elementwise_time_s(
+        2.0 * ACT_BYTES * tokens * h, hbm, f64["hbm_efficiency"]), 0.0)
 
     # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
@@ -176,7 +196,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     quantized_inputs = (peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0)
     act_layer = activation_bytes_per_layer(
         s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
-        quantized_inputs=quantized_inputs,
+        quantized_inputs=quantized_inputs, selective_alternate_mm=f64["selective_alternate_mm"],
     )
     act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
@@ -264,6 +284,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
     z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
     exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
+    # parameters kept gathered for the step (torchtitan FSDP2 with PP): the first forward's gather and
+    # the last backward's reduce-scatter, each behind one micro-batch's compute
+    keep = (f64["zero3_keep_params_with_pp"] > 0) & (pp > 1)
+    exposed_keep3 = z3_fwd_first + np.maximum(z3["red_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
+    exposed_red3 = np.where(keep, exposed_keep3, exposed_red3)
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
     ) * (dpc > 1)
@@ -292,6 +317,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # parameter budget (DeepSpeed stage3_max_live_parameters, 1e9 elements by default; FSDP: no cap)
     live = np.minimum(np.minimum(2.0, layers) * p_layer / tp, f64["zero3_max_live_params"])
     weights = weights + np.where(zero >= 3, 2.0 * live * (1.0 - 1.0 / dpc), 0.0)
+    # kept for the step instead: all the stage's 16-bit parameters and their unsharded gradients in the
+    # reduce precision (FSDP2 accumulates unsharded gradients in reduce_dtype, fp32 in torchtitan)
+    kept = (zero >= 3) & keep & (dpc > 1)
+    weights = weights + np.where(kept, 2.0 * params_gpu * (1.0 - 1.0 / dpc) - 2.0 * live * (1.0 - 1.0 / dpc), 0.0)
+    grads = grads + np.where(kept, grad_bytes * params_gpu * (1.0 - 1.0 / dpc), 0.0)
     # hpZ secondary partition: 16-bit weights sharded over alpha GPUs, 2 Psi / alpha bytes per GPU
     # (ZeRO++ paper, hpZ; DeepSpeed _partition_param_sec), rebuilt after every optimizer step
     hpz_secondary = np.where(hpz > 0, hpz_secondary_bytes(params_gpu, hpz_group), 0.0)

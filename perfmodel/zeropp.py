@@ -73,7 +73,8 @@ def zero3_microbatch(
     """Collective and kernel times of the ZeRO-3 (+ZeRO++) gathers and gradient reduction of one
     micro-batch. Returns a dict of arrays: fwd_global_s (forward gather from the primary shards),
     fwd_secondary_s (forward gather from the hpZ secondary shards: later micro-batches of a step),
-    bwd_s (backward gather + gradient reduction), fwd_kernel_s, bwd_kernel_s, qgz_fallback_numel.
+    bwd_s (backward gather + gradient reduction), red_s (the gradient reduction alone), fwd_kernel_s,
+    bwd_kernel_s, qgz_fallback_numel.
 
     ``coll(op, size, n, stride)`` is the two-tier collective time; ``hbm_time(bytes)`` a streaming
     kernel's time. All sizes are nccl-tests sizes (the whole gathered buffer)."""
@@ -124,10 +125,11 @@ def zero3_microbatch(
     fwd_s = np.sum(c * np.where(hpz > 0, sec, fwd), axis=0)
     kf = np.sum(c * kq, axis=0)
     bwd = np.sum(c * (np.where(hpz > 0, sec, fwd) + red), axis=0)
+    red_only = np.sum(c * red, axis=0)
     kb = np.sum(c * (np.where(hpz > 0, 0.0, kq) + kred), axis=0)
     fallback = np.sum(c * fb, axis=0) * (qgz > 0)
     return {
-        "fwd_global_s": fwd_g, "fwd_secondary_s": fwd_s, "bwd_s": bwd,
+        "fwd_global_s": fwd_g, "fwd_secondary_s": fwd_s, "bwd_s": bwd, "red_s": red_only,
         "fwd_kernel_s": kf, "bwd_kernel_s": kb, "qgz_fallback_numel": fallback,
     }
 

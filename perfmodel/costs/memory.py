@@ -50,12 +50,14 @@ def activation_bytes_per_layer(
     dropout,
     seq_len_kv=None,
     quantized_inputs=0.0,
+    selective_alternate_mm=0.0,
 ):
     """Bytes of activations one layer keeps for backward, for one micro-batch on one GPU.
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
     attention scores of non-flash attention; ``quantized_inputs`` (0/1): linear-layer inputs are
-    kept as their 1-byte fp8 copies.
+    kept as their 1-byte fp8 copies; ``selective_alternate_mm`` (0/1): selective recompute is
+    torchtitan's op-level policy (``selective_alternate_mm_bytes``) instead of Korthikanti's.
     """
     s = np.asarray(seq_len, dtype=float)
     s_kv = s if seq_len_kv is None else seq_len_kv
@@ -80,7 +82,35 @@ def activation_bytes_per_layer(
     unsplit = unsplit - np.where(q & ~balanced, 2.0 * sbh / sp_div, 0.0)
     split = split - np.where(q, sbh + np.where(balanced, 0.0, s * micro_batch * ffn_hidden_size), 0.0)
     full = unsplit + (split + scores) / tp
+    alt = np.asarray(selective_alternate_mm, dtype=float) > 0
+    full = np.where(alt & (recompute == RECOMPUTE_SELECTIVE), selective_alternate_mm_bytes(
+        s, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices, tp, sp), full)
     return np.where(recompute == RECOMPUTE_FULL, 2.0 * sbh / sp_div, full)
+
+
+def selective_alternate_mm_bytes(seq_len, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads,
+                                 mlp_matrices, tp, sp):
+    """Activations of torchtitan's op-level selective checkpointing (``selective_ac_option = "op"``,
+    torchtitan/distributed/activation_checkpoint.py ``_custom_policy``): the outputs of the flash
+    attention and of every other matmul in forward order are saved (QKV order q, k, v, o, then the MLP
+    w1, w3, w2 or w1, w2), plus the outputs of TP's reduce-scatters; the rest is recomputed from the
+    layer input. Saved, in 16-bit: the layer input; q and v (column-parallel, / t); the attention output
+    (/ t) and its fp32 log-sum-exp; w1's output (/ t); for SwiGLU also w2's output; with TP the
+    reduce-scatter output of o (/ t). Row-parallel outputs are counted as reduce-scattered (/ t)."""
+    sb = np.asarray(seq_len, dtype=float) * micro_batch
+    h = np.asarray(hidden_size, dtype=float)
+    kv_w = np.asarray(n_kv_heads, dtype=float) * h / n_heads
+    sp_div = np.where(sp, tp, 1.0)
+    tp_ = np.asarray(tp, dtype=float)
+    width = (
+        h / sp_div                                  # layer input (checkpoint boundary)
+        + (h + kv_w) / tp_                          # q, v projections
+        + h / tp_                                   # attention output
+        + ffn_hidden_size / tp_                     # w1
+        + np.where(np.asarray(mlp_matrices) >= 3, h / tp_, 0.0)  # w2 (7th matmul), as reduced
+        + np.where(tp_ > 1, h / tp_, 0.0)           # reduce-scatter output of o
+    )
+    return 2.0 * sb * width + 4.0 * sb * n_heads / tp_
 
 
 def in_flight_layers(n_layers, pp, vpp, n_micro):

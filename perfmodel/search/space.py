@@ -137,7 +137,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
-    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
+    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 

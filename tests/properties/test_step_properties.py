@@ -164,11 +164,14 @@ def test_estimate_equals_row_of_batched_step_costs(cfgs):
 @settings(**SETTINGS)
 @given(configs())
 def test_memory_never_grows_with_zero_stage(cfg):
-    mems = [run(cfg.with_par(zero_stage=z)).memory_gib for z in (0, 1, 2, 3)]
+    # over the stages the stack implements: torchtitan has DDP and FSDP only, and its FSDP keeps the
+    # gathered parameters and unsharded gradients through the step under pipelining (ZeRO-1-like)
+    stages = (0, 3) if cfg.job.framework == "torchtitan" else (0, 1, 2, 3)
+    mems = [run(cfg.with_par(zero_stage=z)).memory_gib for z in stages]
     for lo, hi in zip(mems[1:], mems):
         assert lo <= hi * (1 + 1e-12)
     if cfg.par.dp * cfg.par.cp == 1:  # ZeRO shards over the dp x cp ranks
-        assert mems[3] == pytest.approx(mems[0], rel=1e-12)
+        assert mems[-1] == pytest.approx(mems[0], rel=1e-12)
 
 
 @settings(**SETTINGS)

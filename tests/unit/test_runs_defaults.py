@@ -22,6 +22,8 @@ def test_sequence_parallel_default_follows_the_stack():
     assert sp_of("megatron-deepspeed") == 0.0
     assert sp_of("some-unknown-stack") == 0.0
     assert sp_of("megatron-lm", tp=1) == 0.0  # nothing to split without TP
+    # torchtitan's TP plan always shards the norms over the sequence (SequenceParallel in apply_tp)
+    assert sp_of("torchtitan") == 1.0
     assert "Megatron-DeepSpeed" in DEFAULTS_DOC["sp"]
 
 
@@ -45,3 +47,21 @@ def test_blank_vocabulary_comes_from_the_catalog_model_of_that_shape():
                    dp=12, n_gpus=384, global_batch=1536)
     assert vocab_of(**llama70) == 32000.0
     assert "catalog" in DEFAULTS_DOC["vocab_size"]
+
+
+def micro_batch_of(framework: str, pp: int, micro_batch=None) -> float:
+    row = dict(ROW, framework=framework, n_layers=64, n_heads=64, n_gpus=512, tp=8, pp=pp, dp=64 // pp,
+               global_batch=256)
+    row["micro_batch"] = micro_batch
+    inputs, status, reason, _ = runs_to_inputs(pd.DataFrame([row]))
+    assert status[0] == "ok", reason[0]
+    return float(inputs["micro_batch"][0])
+
+
+def test_torchtitan_pipelines_split_the_local_batch_into_one_micro_batch_per_stage():
+    # local batch 256 / dp 8 = 32 sequences over 8 stages: micro-batches of 4 (torchtitan 2024 default)
+    assert micro_batch_of("torchtitan", pp=8) == 4.0
+    assert micro_batch_of("megatron-lm", pp=8) == 1.0
+    assert micro_batch_of("torchtitan", pp=1) == 1.0
+    assert micro_batch_of("torchtitan", pp=8, micro_batch=2) == 2.0  # a stated value wins
+    assert "torchtitan" in DEFAULTS_DOC["micro_batch"]
