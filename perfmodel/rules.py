@@ -34,6 +34,9 @@ ZERO1_ONLY = frozenset({"nanotron"})
 #: stacks with DDP (ZeRO-0) or fully sharded data parallelism (ZeRO-3) and nothing in between
 #: (torchtitan: data_parallel_replicate_degree / data_parallel_shard_degree, FSDP2 or HSDP)
 ZERO_0_3_ONLY = frozenset({"torchtitan"})
+#: stacks whose tensor parallelism always shards the sequence between the TP regions (torchtitan's
+#: Llama TP plan: SequenceParallel on the norms, no replicated-activation mode)
+SP_ALWAYS = frozenset({"torchtitan"})
 #: stacks that implement Kuaishou's balanced recompute and activation offloading (Megatron-Kwai
 #: --kaimm-recompute-norm/--kaimm-recompute-mlp-activation-func, --kaimm-offload-activation-ratio)
 KWAI_FEATURES = frozenset({"megatron-kwai"})
@@ -146,6 +149,8 @@ ZERO_STAGES = Rule(21, "zero_stage", "above 1 is not implemented in this framewo
                    lambda x: (x["zero_stage"] >= 2) & _framework_in(x, ZERO1_ONLY), ("zero_stage", "framework"))
 ZERO_FSDP = Rule(22, "zero_stage", "must be 0 (DDP) or 3 (FSDP) in this framework",
                  lambda x: np.isin(x["zero_stage"], (1, 2)) & _framework_in(x, ZERO_0_3_ONLY), ("zero_stage", "framework"))
+SP_STACK = Rule(23, "sp", "must be on with tp > 1 in this framework (its TP plan always shards the sequence)",
+                lambda x: (x["sp"] == 0) & (x["tp"] > 1) & _framework_in(x, SP_ALWAYS), ("sp", "tp", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
@@ -158,7 +163,8 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
                 OFFLOAD_PP, HPZ_NODES)
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
-CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, ULYSSES_STACK, OFFLOAD_STACK, BALANCED)
+CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
+                    BALANCED)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)
