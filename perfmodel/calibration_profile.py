@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 
 #: what a fabric's entry in ``networks`` may set (fitted by ``perfmodel.calibrate.fit_collectives``)
-NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency")
+NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency", "tp_internode_efficiency")
 NETWORK_GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
 NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
 #: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
@@ -42,7 +42,8 @@ class Calibration(BaseModel):
     networks: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description="Per scale-out fabric (lower-case name): congestion_nodes, the node count at which "
-        "the fabric delivers half its per-NIC bandwidth to a job-wide collective.",
+        "the fabric delivers half its per-NIC bandwidth to a job-wide collective; collective shape values; "
+        "nvlink/nic/tp_internode efficiencies that override the shared constants on that fabric.",
     )
     provenance: dict[str, Any] = Field(default_factory=dict, description="Inputs, SHA-256, residuals, date.")
 

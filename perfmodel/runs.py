@@ -33,6 +33,8 @@ SP_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatro
 #: (torchtitan 2024 config_manager.py: --experimental.pipeline_parallel_microbatches "The default
 #: value will be the number of pipeline stages, if unspecified")
 PP_MICROBATCHES_PER_STAGE = {"torchtitan"}
+#: the runs schema's tag for TFLOP/s by Megatron's eq. 3 (which assumes full activation recomputation)
+EQ3_CONVENTION = "[tflops convention: Megatron eq.3 (counts recompute)]"
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
 
@@ -43,7 +45,9 @@ DEFAULTS_DOC = {
     "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
     "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "
     "has none)",
-    "recompute": "the least recomputation that fits: none, else selective, else full",
+    "recompute": "full where the row's TFLOP/s follow Megatron's eq. 3 (notes tag '[tflops convention: Megatron "
+    "eq.3 (counts recompute)]': the formula assumes activation recomputation); else the least recomputation "
+    "that fits: none, else selective, else full",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
     "2024 default for --experimental.pipeline_parallel_microbatches)",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
@@ -200,6 +204,11 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     zero = np.where(np.isnan(zero), zero_default, zero)
     mark(np.array([bool(z) for z in zpp_sets]) & (zero != 3), "invalid", "zeropp: requires zero_stage 3")
     rc_text = _text(df, "recompute")
+    # a blank mode under Megatron's eq. 3 FLOP convention is full recompute: the convention counts
+    # the recompute forward pass (Narayanan et al. 2021, eq. 3 assumes activation recomputation)
+    notes = df["notes"].fillna("").astype(str) if "notes" in df else pd.Series([""] * n)
+    eq3 = notes.str.contains(EQ3_CONVENTION, regex=False).to_numpy()
+    rc_text = np.where((rc_text == "") & eq3, "full", rc_text)
     recompute_given = rc_text != ""
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "invalid",
          f"recompute: must be one of {', '.join(RECOMPUTE_CODES)}")
@@ -249,7 +258,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             ),
             scale_out_latency_us=gpu.scale_out_latency_us,
         )
-        hw_rows.append(cluster_arrays(cluster, prec_i, net_constants, cal.congestion_nodes(net_i), shape))
+        hw = cluster_arrays(cluster, prec_i, net_constants, cal.congestion_nodes(net_i), shape)
+        # a fabric's own cross-node TP efficiency (networks.<fabric>.tp_internode_efficiency) wins
+        hw["tp_internode_efficiency"] = net_constants.tp_internode_efficiency
+        hw_rows.append(hw)
         profile = cal.framework(fw_i)
         fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, gpu_i) and profile.flash_attention))
     for g in sorted(no_profile):
@@ -259,7 +271,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         for key in rows[0].keys() if rows else ():
             inputs[key] = np.array([r[key] for r in rows], dtype=float)[index]
     for key, val in constant_arrays(constants).items():
-        inputs[key] = np.full(n, val, dtype=float)
+        if key not in inputs:
+            inputs[key] = np.full(n, val, dtype=float)
 
     ok = status == "ok"
 

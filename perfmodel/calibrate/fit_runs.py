@@ -11,7 +11,8 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
   stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
   fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
   fabric is taken as non-blocking;
-* per fabric with data (e.g. EFA): congestion_nodes;
+* per fabric with data (e.g. EFA): congestion_nodes; and tp_internode_efficiency for a fabric with
+  at least 100 cross-node TP runs while other fabrics' runs still inform the shared value;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s.
 
@@ -139,15 +140,24 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 
     # a global parameter is fitted only when some rows inform it (else it keeps its default)
     lowp = inputs["gemm_peak_flop_per_s"] / inputs["bf16_peak_flop_per_s"]
+    # cross-node TP: a fabric with many such runs gets its own efficiency when other fabrics' runs
+    # remain to fit the shared value (which then serves every fabric without its own)
+    tp_cross = ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])
+    tp_nets, tp_counts = np.unique(network[tp_cross], return_counts=True)
+    own_tp = {n for n, c in zip(tp_nets.tolist(), tp_counts.tolist()) if n and c >= MIN_ROWS_OVERHEADS}
+    if not (tp_cross & ~np.isin(network, list(own_tp))).any():
+        own_tp = set()
     informed = {
         "attn_efficiency_max": bool((ok & (inputs["flash_attention"] > 0) & ~attn_measured).any()),
         "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5) & ~fp8_measured).any()),
         "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
-        "tp_internode_efficiency": bool((ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])).any()),
+        "tp_internode_efficiency": bool(tp_cross.any()),
     }
     for p, b in GLOBAL_PARAMS.items():
         if informed.get(p, True):
             add("global", "", p, b)
+    for net in sorted(own_tp):
+        add("network", net, "tp_internode_efficiency", GLOBAL_PARAMS["tp_internode_efficiency"])
     nets, net_counts = np.unique(network[ok & (n_nodes > 1)], return_counts=True)
     for net, cnt in zip(nets, net_counts):
         # a fabric whose congestion the collective benchmarks already fitted keeps that value
@@ -205,8 +215,10 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             elif kind == "framework":
                 arrs[p] = np.where(framework == key, v, arrs[p])
         for (kind, key, p), v in zip(names, x):
-            if kind == "network":
+            if kind == "network" and p == "congestion_nodes":
                 cong = np.where(network == key, v, cong)
+            elif kind == "network":
+                arrs[p] = np.where(network == key, v, arrs[p])
         arrs["congestion_nodes"] = cong
         return arrs
 

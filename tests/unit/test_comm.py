@@ -152,3 +152,23 @@ def test_unknown_fabric_is_taken_as_non_blocking():
     assert a.iteration_time_s == pytest.approx(b.iteration_time_s, rel=1e-12)
     c = pm.estimate(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 256, network="EFA"), par, job)
     assert c.time_breakdown_s["dp_comm_s"] >= b.time_breakdown_s["dp_comm_s"]  # EFA's measured congestion
+
+
+def test_a_fabric_may_set_its_own_cross_node_tp_efficiency():
+    """networks.<fabric>.tp_internode_efficiency overrides the shared constant for that fabric only."""
+    import perfmodel as pm
+    from perfmodel.calibration_profile import Calibration
+
+    model = pm.load_model("llama3-8b")
+    job = pm.JobSpec(global_batch=16, seq_len=4096, framework="megatron-lm")
+    par = pm.ParallelSpec(tp=16, dp=1, sp=True, recompute="full")
+    cal = Calibration(constants={"tp_internode_efficiency": 0.5}, networks={"efa": {"tp_internode_efficiency": 0.1}})
+
+    def tp_s(network):
+        cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 16, 8, 3200, network=network)
+        return pm.estimate(model, cluster, par, job, cal).time_breakdown_s["tp_comm_s"]
+
+    shared = Calibration(constants={"tp_internode_efficiency": 0.5})
+    ib = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 16, 8, 3200, network="ib ndr")
+    assert tp_s("ib ndr") == pytest.approx(pm.estimate(model, ib, par, job, shared).time_breakdown_s["tp_comm_s"])
+    assert tp_s("efa") > 2.0 * tp_s("ib ndr")

@@ -132,3 +132,21 @@ def test_predicted_memory_matches_what_bloom_reports(runs):
     assert row["runs"] >= 40
     assert 0.75 <= row["median_ratio"] <= 1.25
     assert row["within_25pct"] >= 0.7
+
+
+def test_fit_gives_a_fabric_with_many_cross_node_tp_runs_its_own_efficiency(runs):
+    """Cross-node TP efficiency: the HF playbook's EFA runs (hundreds with TP over 2-4 nodes) get their
+    own value, the other fabrics' cross-node TP runs (DLPerf's TP 32 on EDR InfiniBand) the shared
+    one; both recovered from synthetic truth. Without another fabric's runs only the shared one is
+    fitted (so leaving a source out never leaves a fabric-only value unconstrained)."""
+    sub = runs[(runs.run_id.str.startswith("hfpb") & (runs.tp >= 16)) | runs.run_id.str.startswith("dlperf-mlm")]
+    sub = sub.reset_index(drop=True)
+    known = Calibration(constants={"tp_internode_efficiency": 0.5},
+                        networks={"efa": {"tp_internode_efficiency": 0.2}})
+    synthetic = sub.assign(tokens_per_s_per_gpu=predict_runs(sub, known)["pred_tokens_per_s_per_gpu"].to_numpy())
+    fit = fit_runs(synthetic, Calibration())
+    assert fit.params["network.efa.tp_internode_efficiency"] == pytest.approx(0.2, rel=0.1)
+    assert fit.params["tp_internode_efficiency"] == pytest.approx(0.5, rel=0.1)
+    only_efa = fit_runs(synthetic[synthetic.run_id.str.startswith("hfpb")].reset_index(drop=True), Calibration())
+    assert "network.efa.tp_internode_efficiency" not in only_efa.params
+    assert only_efa.params["tp_internode_efficiency"] == pytest.approx(0.2, rel=0.1)
