@@ -22,7 +22,8 @@ from perfmodel.specs.hardware import AcceleratorSpec
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 
-#: what a fabric's entry in ``networks`` may set (fitted by ``perfmodel.calibrate.fit_collectives``)
+#: what a fabric's entry in ``networks`` may set (fitted by ``perfmodel.calibrate.fit_collectives``;
+#: tp_internode_efficiency by the runs fit, ``perfmodel.calibrate.fit_runs``)
 NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency", "tp_internode_efficiency")
 NETWORK_GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
 NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
@@ -87,6 +88,29 @@ class Calibration(BaseModel):
 EMPTY = Calibration()
 
 
+NETWORK_KEYS = set(NETWORK_CONSTANT_KEYS) | set(NETWORK_GPU_KEYS) | set(NETWORK_SHAPE_DEFAULTS) | {"congestion_nodes"}
+
+
+def _check_network(net: str, over: dict, constants: dict, where: str) -> None:
+    """A fabric's entry: known keys (optionally ``op.key`` for the ops with their own values), finite
+    numbers, and efficiencies within the shared constants' own bounds."""
+    import math
+
+    for key, value in over.items():
+        op, _, base = key.rpartition(".")
+        if base not in NETWORK_KEYS or (op and op not in NETWORK_OP_SPECIFIC):
+            raise InputError(f"calibration.networks.{net}.{key}",
+                             f"unknown key (known: {', '.join(sorted(NETWORK_KEYS))}, optionally prefixed by "
+                             f"one of {', '.join(NETWORK_OP_SPECIFIC)} and a dot)", where=where)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            raise InputError(f"calibration.networks.{net}.{key}", f"must be a number (got {value!r})", where=where)
+        if base in NETWORK_CONSTANT_KEYS:
+            try:
+                CostConstants(**{**constants, base: value})
+            except ValidationError as exc:
+                raise from_validation_error(exc, f"calibration.networks.{net}", where=where) from None
+
+
 def _check_gpu_override(name: str, over: dict, where: str) -> None:
     """A GPU override must satisfy the GPU profile's own field rules (e.g. 0 < efficiency <= 1)."""
     import math
@@ -143,6 +167,8 @@ def _load(path_str: str) -> Calibration:
                 FrameworkProfile(**{**framework_profile(name).model_dump(), **over})
             except ValidationError as exc:
                 raise from_validation_error(exc, f"calibration.frameworks.{name}", where=str(path)) from None
+        for net, over in cal.networks.items():
+            _check_network(net, over, cal.constants, str(path))
         for name, over in cal.gpus.items():
             bad = set(over) - GPU_OVERRIDABLE
             if bad:

@@ -62,7 +62,8 @@ class CostConstants(BaseModel):
         1.0, gt=0, le=1,
         description="Achieved / available NIC bandwidth of tensor-parallel collectives that cross nodes: many "
         "mid-size messages on the critical path, each a full ring over the node boundary; the runs fit sets it "
-        "from every run whose TP group spans nodes (whatever its stack).",
+        "from the runs whose TP group spans nodes (whatever their stack) on fabrics without a value of their "
+        "own (networks.<fabric>.tp_internode_efficiency).",
     )
     host_memory_gib_per_gpu: float = Field(
         128.0, gt=0,

@@ -162,7 +162,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # (all-gather + reduce-scatter of s b h with SP, all-reduce without; Korthikanti Sec. 4.2.2)
     tp_bytes = ACT_BYTES * tokens * h
     # TP collectives are many mid-size messages on the critical path; across nodes a stack may reach
-    # only a fraction of the NIC rate with them (constant tp_internode_efficiency, fitted on the runs)
+    # only a fraction of the NIC rate with them (tp_internode_efficiency: shared, or the fabric's own;
+    # fitted on the runs)
     tp_ar = coll("all_reduce", tp_bytes, tp, 1.0, nic_scale=f64["tp_internode_efficiency"])
     # full recompute re-runs the forward's two; torchtitan's op-level selective recompute re-runs the
     # sequence-parallel all-gathers in front of the recomputed k and w3 matmuls (half a pass each)

@@ -7,8 +7,9 @@ error, applied to each run before its source weight) keeps the very slow outlier
 dominating. Parameters (each with a physical meaning, bounded to its plausible range):
 
 * global: attn_efficiency_max and fp8_matmul_efficiency_ratio (each only for GPUs that state no
-  measured flash-attention rate / fp8 MAMF of their own), tp_internode_efficiency (from the runs whose TP group spans nodes, in any
-  stack: the HF playbook's TP 16/32, DLPerf's TP 32 on V100);
+  measured flash-attention rate / fp8 MAMF of their own), tp_internode_efficiency (from the runs
+  whose TP group spans nodes, in any stack, on fabrics without a value of their own: in the shipped
+  data DLPerf's single TP 32 run on EDR InfiniBand; the HF playbook's TP 16/32 when it is alone);
   fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
   fabric is taken as non-blocking;
 * per fabric with data (e.g. EFA): congestion_nodes; and tp_internode_efficiency for a fabric with
@@ -248,6 +249,14 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         else:
             networks.setdefault(key, {})[p] = v
             params[f"network.{key}.{p}"] = v
+    # a refitted shared cross-node TP efficiency replaces the base profile's per-fabric ones (the fit
+    # applied the shared value to every fabric without a value of its own from this fit)
+    if ("global", "", "tp_internode_efficiency") in names:
+        fitted_nets = {key for kind, key, p in names if kind == "network" and p == "tp_internode_efficiency"}
+        for net, over in networks.items():
+            if net not in fitted_nets:
+                over.pop("tp_internode_efficiency", None)
+        networks = {k: v for k, v in networks.items() if v}
     cal = Calibration(constants=constants, frameworks=frameworks, gpus=base.gpus, networks=networks,
                       provenance=dict(base.provenance))
     pred = step_costs(apply(res.x))["tokens_per_s_per_gpu"]

@@ -95,8 +95,10 @@ def selective_alternate_mm_bytes(seq_len, micro_batch, hidden_size, ffn_hidden_s
     attention and of every other matmul in forward order are saved (QKV order q, k, v, o, then the MLP
     w1, w3, w2 or w1, w2), plus the outputs of TP's reduce-scatters; the rest is recomputed from the
     layer input. Saved, in 16-bit: the layer input; q and v (column-parallel, / t); the attention output
-    (/ t) and its fp32 log-sum-exp; w1's output (/ t); for SwiGLU also w2's output; with TP the
-    reduce-scatter output of o (/ t). Row-parallel outputs are counted as reduce-scattered (/ t)."""
+    (/ t) and its fp32 log-sum-exp; w1's output (/ t); for SwiGLU also w2's local matmul output, which
+    under TP is the row-parallel partial sum, full width on every rank; with TP the outputs of the
+    reduce-scatters after o and w2 (/ t), which the policy also saves. With SwiGLU and TP >= 8 this
+    can keep as much as no checkpointing at all: the saved partial sums are never needed for backward."""
     sb = np.asarray(seq_len, dtype=float) * micro_batch
     h = np.asarray(hidden_size, dtype=float)
     kv_w = np.asarray(n_kv_heads, dtype=float) * h / n_heads
@@ -107,8 +109,8 @@ def selective_alternate_mm_bytes(seq_len, micro_batch, hidden_size, ffn_hidden_s
         + (h + kv_w) / tp_                          # q, v projections
         + h / tp_                                   # attention output
         + ffn_hidden_size / tp_                     # w1
-        + np.where(np.asarray(mlp_matrices) >= 3, h / tp_, 0.0)  # w2 (7th matmul), as reduced
-        + np.where(tp_ > 1, h / tp_, 0.0)           # reduce-scatter output of o
+        + np.where(np.asarray(mlp_matrices) >= 3, h, 0.0)  # w2 (7th matmul): its local output
+        + np.where(tp_ > 1, 2.0 * h / tp_, 0.0)     # reduce-scatter outputs of o and w2
     )
     return 2.0 * sb * width + 4.0 * sb * n_heads / tp_
 

@@ -177,7 +177,7 @@ def recommend(
         "weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")]
     typer.echo(_table(df, bcols))
     typer.echo("why:")
-    for line in explain(res, cluster.gpus_per_node):
+    for line in explain(res, cluster.gpus_per_node, job.framework):
         typer.echo(f"  {line}")
     reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:4]
     typer.echo("rejected: " + "; ".join(f"{k} ({v:,})" for k, v in reasons))

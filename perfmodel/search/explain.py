@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.costs.memory import RECOMPUTE_SELECTIVE
+from perfmodel.rules import ZERO_0_3_ONLY
 from perfmodel.search.engine import Evaluated, SearchResult, breakdown_frame
 from perfmodel.step import TIME_PARTS
 
@@ -31,16 +32,23 @@ def describe(row) -> str:
     return " ".join(parts)
 
 
-def default_row(ev: Evaluated, gpus_per_node: int) -> int | None:
+def default_zero_stage(framework: str | None) -> int:
+    """The sharding a stack's common default uses with data parallelism: ZeRO-1 (distributed
+    optimizer), or FSDP (ZeRO-3) for stacks without ZeRO-1 (torchtitan)."""
+    return 3 if (framework or "").lower() in ZERO_0_3_ONLY else 1
+
+
+def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None) -> int | None:
     """Index (into ``ev``) of the common-default configuration, or None if it never fits."""
     c, fits = ev.configs, ev.metrics["fits"]
+    zero = default_zero_stage(framework)
     tps = np.unique(c["tp"])
     for t in (8, 4, 2, 1):
         if t > gpus_per_node or t not in tps:
             continue
         m = (
             (c["tp"] == t) & (c["cp"] == 1) & (c["vpp"] == 1) & (c["micro_batch"] == 1)
-            & (c["sp"] == int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] > 1, 1, 0))
+            & (c["sp"] == int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] * c["cp"] > 1, zero, 0))
             & (c["recompute"] == RECOMPUTE_SELECTIVE) & fits
         )
         idx = np.flatnonzero(m)
@@ -82,7 +90,7 @@ def _why_context_parallel(ev: Evaluated, win) -> str | None:
             f"({win['tokens_per_s_per_gpu'] / best - 1.0:+.1%} for the winner)")
 
 
-def explain(result: SearchResult, gpus_per_node: int) -> list[str]:
+def explain(result: SearchResult, gpus_per_node: int, framework: str | None = None) -> list[str]:
     """A few lines: winner vs runner-up, winner vs the common default, why CP when it is used."""
     df = result.candidates
     if df.empty:
@@ -101,9 +109,10 @@ def explain(result: SearchResult, gpus_per_node: int) -> list[str]:
         )
     gi = int(result.source_gpu_index[0])
     ev = result.evaluated[gi]
-    d = default_row(ev, gpus_per_node)
+    d = default_row(ev, gpus_per_node, framework)
+    zname = f"ZeRO-{default_zero_stage(framework)}"
     if d is None:
-        lines.append("common default (TP=8 in the node, SP, ZeRO-1, selective recompute, mb=1, smallest PP that "
+        lines.append(f"common default (TP=8 in the node, SP, {zname}, selective recompute, mb=1, smallest PP that "
                      "fits) does not fit in memory at any PP")
         return lines
     b = breakdown_frame(ev, np.array([d])).iloc[0]
@@ -114,7 +123,7 @@ def explain(result: SearchResult, gpus_per_node: int) -> list[str]:
     tps = float(ev.metrics["tokens_per_s_per_gpu"][d])
     same = all(row[k] == win[k] for k in CONFIG_KEYS) and row["n_gpus"] == win["n_gpus"]
     if same:
-        lines.append("the winner is the common default (TP in the node, SP, ZeRO-1, selective recompute, "
+        lines.append(f"the winner is the common default (TP in the node, SP, {zname}, selective recompute, "
                      "smallest PP that fits)")
         return lines
     full = pd.Series({**row, **b.to_dict()})

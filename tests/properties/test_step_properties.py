@@ -182,7 +182,9 @@ def test_recompute_trades_memory_for_time(cfg):
     acts = [e.memory_breakdown_gib["activations_gib"] for e in ests]
     rec = [e.time_breakdown_s["recompute_s"] for e in ests]
     assert ests[0].time_breakdown_s["recompute_s"] == 0.0
-    assert acts[1] <= acts[0] * (1 + 1e-12)
+    # torchtitan's op-level policy saves row-parallel partial sums nobody needs: with TP it may keep more
+    if not (cfg.job.framework == "torchtitan" and cfg.par.tp > 1):
+        assert acts[1] <= acts[0] * (1 + 1e-12)
     assert rec[1] <= rec[2] * (1 + 1e-12)
     # full recompute keeps only layer inputs: less than keeping everything
     assert acts[2] <= acts[0] * (1 + 1e-12)

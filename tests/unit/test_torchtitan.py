@@ -36,13 +36,17 @@ def test_op_level_selective_checkpointing_saves_every_other_matmul_output():
 
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
-def test_op_level_selective_memory_splits_with_tp_and_sp(tp):
-    """With TP and sequence parallelism every saved tensor is split t ways; the only extra one is
-    the reduce-scatter output of the attention projection."""
+def test_op_level_selective_memory_keeps_w2s_full_width_partial_sum_under_tp(tp):
+    """With TP and sequence parallelism every saved tensor is split t ways except w2's local matmul
+    output (the row-parallel partial sum, full width); the reduce-scatter outputs after o and w2 are
+    saved too."""
     s, b, h, ffn, a, kv = 8192, 1, 8192, 28672, 64, 8
     one = float(selective_alternate_mm_bytes(s, b, h, ffn, a, kv, 3, 1, 1))
     split = float(selective_alternate_mm_bytes(s, b, h, ffn, a, kv, 3, tp, 1))
-    assert split == pytest.approx((one + 2.0 * s * b * h) / tp)
+    w2 = 2.0 * s * b * h
+    assert split == pytest.approx((one - w2) / tp + w2 + 2.0 * 2.0 * s * b * h / tp)
+    gelu = float(selective_alternate_mm_bytes(s, b, h, 4 * h, a, a, 2, tp, 1))
+    assert gelu < split  # GELU's w2 is the 6th matmul: recomputed, only its reduce-scatter output kept
 
 
 def _estimate(framework, recompute, n_gpus=64, tp=1, pp=1, micro_batch=2, global_batch=128):

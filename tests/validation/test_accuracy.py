@@ -150,3 +150,18 @@ def test_fit_gives_a_fabric_with_many_cross_node_tp_runs_its_own_efficiency(runs
     only_efa = fit_runs(synthetic[synthetic.run_id.str.startswith("hfpb")].reset_index(drop=True), Calibration())
     assert "network.efa.tp_internode_efficiency" not in only_efa.params
     assert only_efa.params["tp_internode_efficiency"] == pytest.approx(0.2, rel=0.1)
+
+
+def test_refit_drops_a_stale_per_fabric_tp_efficiency(runs):
+    """Starting from a profile that already holds networks.efa.tp_internode_efficiency, a fit that gives
+    EFA no value of its own writes none: the profile predicts what was fitted."""
+    sub = runs[runs.run_id.str.startswith("hfpb") & (runs.tp >= 16)].reset_index(drop=True).head(150)
+    base = Calibration(networks={"efa": {"tp_internode_efficiency": 0.187, "congestion_nodes": 11.0}})
+    fit = fit_runs(sub, base)
+    assert "network.efa.tp_internode_efficiency" not in fit.params
+    assert "tp_internode_efficiency" not in fit.calibration.networks["efa"]
+    assert fit.calibration.networks["efa"]["congestion_nodes"] == 11.0
+    pred = predict_runs(sub, fit.calibration)["pred_tokens_per_s_per_gpu"].to_numpy()
+    resid = fit.residuals.log_ratio.to_numpy()
+    truth = sub.tokens_per_s_per_gpu.to_numpy()
+    assert np.allclose(np.log(pred / truth), resid, rtol=1e-6, atol=1e-9)
