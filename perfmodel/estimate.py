@@ -139,6 +139,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "zero3_keep_params_with_pp": float(profile.zero3_keep_params_with_pp),
         "selective_alternate_mm": float(profile.selective_alternate_mm),
         "sp_batch_copies": float(profile.sp_batch_copies),
+        "pp_balances_head": float(profile.pp_balances_head),
     }
 
 

@@ -62,6 +62,10 @@ class FrameworkProfile(BaseModel):
         False, description="Sequence parallelism shards dim 1 of [b, s, h] tensors: with micro-batches of more "
         "than one sequence every TP all-gather and reduce-scatter also copies the whole tensor (torchtitan)."
     )
+    pp_balances_head: bool = Field(
+        False, description="The pipeline split balances block costs with the output head counted as a block "
+        "(nanotron build_model with get_block_compute_costs: a layer 4 h^2 + m ffn h, the head V h)."
+    )
     fp8_saves_quantized_inputs: bool = Field(
         False, description="In fp8/fp4 runs the linear layers keep the 1-byte quantized copy of their input "
         "for backward (Transformer Engine), not the 16-bit one (torchao Float8Linear keeps the 16-bit input)."
@@ -102,7 +106,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
     "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="GPT-NeoX (Megatron-DeepSpeed based)"),
     "nanotron": FrameworkProfile(
-        dp_overlap=0.5, zero1_all_reduce_grads=True,
+        dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True,
         source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "
         "(src/nanotron/optim/zero.py ZeroDistributedOptimizer) updates its shard of the all-reduced "
         "gradient, then step() all-gathers the parameters (_all_gather_params), after the backward",

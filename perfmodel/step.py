@@ -23,6 +23,7 @@ from perfmodel.costs.flops import (
     model_flops_per_token,
     parameter_count,
 )
+from perfmodel.costs.pipeline_split import cost_balanced_busiest_stage, uneven_busiest_stage
 from perfmodel.costs.memory import (
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
@@ -55,7 +56,7 @@ STEP_INPUTS = (
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
-    "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies",
+    "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
     # constants
     "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
@@ -155,8 +156,27 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
-    compute_mb = layers * (layer_f + layer_b) + 3.0 * logits_f + f64["microbatch_overhead_s"]
-    recompute_mb = layers * layer_rc
+    # the busiest pipeline stage and whether it runs the head (perfmodel.costs.pipeline_split): the
+    # last stage holds floor(n_layers / pp) layers and the head when pp does not divide n_layers;
+    # nanotron balances its split by block costs, the head included
+    layer_s, head_s = layer_f + layer_b + layer_rc, 3.0 * logits_f
+    busy_layers, busy_logits = uneven_busiest_stage(L, pp, layer_s, head_s)
+    balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
+    if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
+        shape = np.broadcast(busy_layers, balanced, L, h, ffn, V, mm).shape
+        idx = np.flatnonzero(np.broadcast_to(balanced, shape))
+
+        def sub_b(x):
+            return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[idx]
+
+        bl, bh = cost_balanced_busiest_stage(
+            sub_b(L), sub_b(pp), sub_b(4.0 * h * h + mm * ffn * h), sub_b(V * h), sub_b(layer_s), sub_b(head_s))
+        busy_layers = np.broadcast_to(busy_layers, shape).astype(float).reshape(-1)
+        busy_logits = np.broadcast_to(busy_logits, shape).astype(float).reshape(-1)
+        busy_layers[idx], busy_logits[idx] = bl, bh
+        busy_layers, busy_logits = busy_layers.reshape(shape), busy_logits.reshape(shape)
+    compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
+    recompute_mb = busy_layers * layer_rc
 
     # ---- tensor parallel: 2 all-reduce-equivalents forward, 2 backward per layer ------------
     # (all-gather + reduce-scatter of s b h with SP, all-reduce without; Korthikanti Sec. 4.2.2)
@@ -170,24 +190,24 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # and keeps the reduce-scatter outputs
     sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
     tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
-    tp_mb = (1.0 - f64["tp_overlap"]) * layers * tp_passes * tp_ar
+    tp_mb = (1.0 - f64["tp_overlap"]) * busy_layers * tp_passes * tp_ar
     # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
     # to-be-scattered tensors are not contiguous per rank, so each all-gather / reduce-scatter adds a
     # copy of the whole s b h tensor (read + write); torchtitan's Llama parallelize module notes the
     # batch/sequence folding that would avoid it (pytorch/torchtitan PR #437)
     sp_copy = (f64["sp_batch_copies"] > 0) & (sp > 0) & (tp > 1) & (b > 1)
-    tp_mb = tp_mb + np.where(sp_copy, layers * tp_passes * 2.0 * elementwise_time_s(
+    tp_mb = tp_mb + np.where(sp_copy, busy_layers * tp_passes * 2.0 * elementwise_time_s(
         2.0 * ACT_BYTES * tokens * h, hbm, f64["hbm_efficiency"]), 0.0)
 
     # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
     cp_step = coll("send_recv", kv_block, cp, tp)
     cp_f = (cp - 1.0) * cp_step
-    ring_mb = layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
+    ring_mb = busy_layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
     # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped
     a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
-    ulysses_mb = layers * 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
+    ulysses_mb = busy_layers * 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
     cp_mb = np.where(f64["cp_ulysses"] > 0, ulysses_mb, ring_mb)
 
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes

@@ -149,3 +149,32 @@ def test_parameter_count_broadcasts_over_arrays():
     assert out.shape == (2,)
     assert out[0] == pytest.approx(gpt_params(24, 2304, 24), rel=1e-12)
     assert out[1] == pytest.approx(gpt_params(96, 12288, 96), rel=1e-12)
+
+
+def _per_microbatch_s(n_layers, pp, vocab=250880, recompute="none"):
+    """Busiest stage's compute per micro-batch (s) of a BLOOM-like model, from one estimate."""
+    import perfmodel as pm
+
+    model = pm.ModelSpec(name="b", n_layers=n_layers, hidden_size=14336, ffn_hidden_size=4 * 14336, n_heads=112,
+                         n_kv_heads=112, vocab_size=vocab, mlp="gelu", tied_embeddings=True)
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 4 * pp)
+    job = pm.JobSpec(global_batch=64, seq_len=2048, framework="megatron-deepspeed")
+    par = pm.ParallelSpec(tp=4, pp=pp, dp=1, micro_batch=1, recompute=recompute)
+    est = pm.estimate(model, cluster, par, job)
+    return (est.time_breakdown_s["compute_s"] + est.time_breakdown_s["recompute_s"]) / 64
+
+
+def test_pipeline_split_counting_embedding_and_loss_as_layers():
+    """BLOOM (70 layers, pp 12, --pp-partition-method 'type:transformer|embedding'): 72 / 12 = 6
+    units per stage, the last one 5 layers + the 250K-vocabulary logits, the middle ones 6 layers.
+    Without recompute the head outweighs a layer, so the last stage sets the pace: one layer fewer
+    than ceil(70 / 12) = 6 layers + logits."""
+    bloom = _per_microbatch_s(70, 12)
+    assert bloom == pytest.approx(_per_microbatch_s(60, 12), rel=1e-9)   # 5 layers + logits
+    assert bloom < _per_microbatch_s(72, 12)                            # 6 layers + logits
+    # a small vocabulary: the head is lighter than a layer, a middle stage of 6 layers sets the pace
+    small = _per_microbatch_s(70, 12, vocab=1024)
+    assert _per_microbatch_s(60, 12, vocab=1024) < small < _per_microbatch_s(72, 12, vocab=1024)
+    # full recompute makes a layer 4 forward passes against the head's 3: never above 6 layers + head
+    assert _per_microbatch_s(60, 12, recompute="full") <= _per_microbatch_s(70, 12, recompute="full") \
+        < _per_microbatch_s(72, 12, recompute="full")

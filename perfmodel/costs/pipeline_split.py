@@ -1,0 +1,66 @@
+"""Which pipeline stage is the busiest: how a stack splits n_layers transformer layers and the
+output head (final norm, logits, loss) over pp stages. Pure numpy over arrays of configurations.
+
+* Even split (pp divides n_layers): n_layers / pp layers per stage, the last one also runs the head.
+* Uneven split, the extra layers on the first stages (DeepSpeed ``partition_uniform`` behind
+  Megatron-DeepSpeed's default 'type:transformer' method; torchtitan's split points), or the
+  embedding and the loss counted as layers (Megatron-Core ``account_for_embedding_in_pipeline_split``
+  / ``account_for_loss_in_pipeline_split``; BLOOM's ``--pp-partition-method
+  'type:transformer|embedding'``): the last stage runs floor(n_layers / pp) layers and the head,
+  the first ones ceil(n_layers / pp) layers. The busier of the two sets the pipeline's pace.
+* Cost-balanced split (nanotron ``build_model``: each block's cost from
+  ``get_block_compute_costs`` -- a layer 4 h^2 + m ffn h, the LM head V h -- and a greedy pass that
+  moves to the next rank once the cumulative cost passes rank r's threshold total (r + 1) / pp):
+  simulated block by block; with a large vocabulary the head may get a stage of its own.
+
+Each function returns (layers on the busiest stage, 1.0 if that stage runs the head else 0.0).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+
+def uneven_busiest_stage(n_layers, pp, layer_s, head_s):
+    """Busiest stage of an even or first-stages-heavier split (see the module docstring)."""
+    L = np.asarray(n_layers, dtype=float)
+    pp = np.asarray(pp, dtype=float)
+    hi, lo = np.ceil(L / pp), np.floor(L / pp)
+    uneven = (pp > 1) & (hi > lo)
+    head_wins = head_s > (hi - lo) * layer_s
+    layers = np.where(uneven & head_wins, lo, hi)
+    head = np.where(uneven & ~head_wins, 0.0, 1.0)
+    return layers, head
+
+
+@lru_cache(maxsize=65536)
+def _balanced_split(n_layers: int, pp: int, layer_units: float, head_units: float) -> tuple[int, int]:
+    """nanotron's greedy split of n_layers equal blocks and the head over pp ranks, as its loop runs:
+    (most layers on a rank without the head, layers on the head's rank)."""
+    total = layer_units * n_layers + head_units  # (the loop compares running sums, like np.cumsum)
+    cum, rank, count, most = 0.0, 0, 0, 0
+    for _ in range(n_layers):
+        count += 1
+        cum += layer_units
+        if cum > total * (rank + 1) / pp:
+            most, rank, count = max(most, count), rank + 1, 0
+    return most, count
+
+
+def cost_balanced_busiest_stage(n_layers, pp, layer_units, head_units, layer_s, head_s):
+    """Busiest stage of nanotron's cost-balanced greedy split (see the module docstring).
+
+    ``layer_units`` / ``head_units``: the costs the stack balances with; ``layer_s`` / ``head_s``:
+    the modelled times that decide which stage is the busiest. The split depends on the costs only,
+    so it is computed once per distinct (n_layers, pp, costs) and cached."""
+    L, pp, u, H, tl, th = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (
+        n_layers, pp, layer_units, head_units, layer_s, head_s)))
+    keys = np.stack([L.ravel(), pp.ravel(), u.ravel(), H.ravel()], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    splits = np.array([_balanced_split(int(k[0]), max(int(k[1]), 1), float(k[2]), float(k[3])) for k in uniq],
+                      dtype=float).reshape(-1, 2)
+    most = splits[inverse.ravel(), 0].reshape(L.shape)
+    with_head = splits[inverse.ravel(), 1].reshape(L.shape)
+    head_wins = with_head * tl + th >= most * tl
+    return np.where(head_wins, with_head, most), np.where(head_wins, 1.0, 0.0)
