@@ -177,8 +177,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     kv = np.where(np.isnan(kv), heads, kv)
     vpp = np.nan_to_num(_num(df, "vpp"), nan=1.0)
     # the layout rules shared with estimate and the search (perfmodel.rules.RUN_RULES); pp need not
-    # divide n_layers here: measured runs with uneven stages (nanotron) are costed with the busiest
-    # stage's ceil(n_layers / pp) layers
+    # divide n_layers here: measured runs with uneven stages (nanotron) are costed with their busiest
+    # stage (perfmodel.costs.pipeline_split)
     layout = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp, "micro_batch": mb, "global_batch": gb,
               "n_gpus": n_gpus, "n_heads": heads}
     with np.errstate(invalid="ignore"):

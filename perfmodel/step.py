@@ -23,7 +23,11 @@ from perfmodel.costs.flops import (
     model_flops_per_token,
     parameter_count,
 )
-from perfmodel.costs.pipeline_split import cost_balanced_busiest_stage, uneven_busiest_stage
+from perfmodel.costs.pipeline_split import (
+    balanced_split_table,
+    cost_balanced_busiest_stage,
+    uneven_busiest_stage,
+)
 from perfmodel.costs.memory import (
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
@@ -106,7 +110,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     s_loc = s / cp                      # tokens of one sequence on one CP rank
     tokens = b * s_loc                  # GEMM rows per micro-batch
     n_micro = B / (dp * b)              # micro-batches per step per pipeline
-    layers = np.ceil(L / pp)            # layers on the busiest stage (uneven splits round up)
+    layers = np.ceil(L / pp)            # layers on the fullest stage (uneven splits round up)
     kv_w = kv * h / a
     sp_div = np.where(sp > 0, tp, 1.0)
 
@@ -154,30 +158,6 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         [layer_f, selective_rc, balanced_rc], 0.0,
     )
 
-    # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
-    logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
-    # the busiest pipeline stage and whether it runs the head (perfmodel.costs.pipeline_split): the
-    # last stage holds floor(n_layers / pp) layers and the head when pp does not divide n_layers;
-    # nanotron balances its split by block costs, the head included
-    layer_s, head_s = layer_f + layer_b + layer_rc, 3.0 * logits_f
-    busy_layers, busy_logits = uneven_busiest_stage(L, pp, layer_s, head_s)
-    balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
-    if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
-        shape = np.broadcast(busy_layers, balanced, L, h, ffn, V, mm).shape
-        idx = np.flatnonzero(np.broadcast_to(balanced, shape))
-
-        def sub_b(x):
-            return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[idx]
-
-        bl, bh = cost_balanced_busiest_stage(
-            sub_b(L), sub_b(pp), sub_b(4.0 * h * h + mm * ffn * h), sub_b(V * h), sub_b(layer_s), sub_b(head_s))
-        busy_layers = np.broadcast_to(busy_layers, shape).astype(float).reshape(-1)
-        busy_logits = np.broadcast_to(busy_logits, shape).astype(float).reshape(-1)
-        busy_layers[idx], busy_logits[idx] = bl, bh
-        busy_layers, busy_logits = busy_layers.reshape(shape), busy_logits.reshape(shape)
-    compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
-    recompute_mb = busy_layers * layer_rc
-
     # ---- tensor parallel: 2 all-reduce-equivalents forward, 2 backward per layer ------------
     # (all-gather + reduce-scatter of s b h with SP, all-reduce without; Korthikanti Sec. 4.2.2)
     tp_bytes = ACT_BYTES * tokens * h
@@ -190,25 +170,61 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # and keeps the reduce-scatter outputs
     sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
     tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
-    tp_mb = (1.0 - f64["tp_overlap"]) * busy_layers * tp_passes * tp_ar
+    tp_layer = (1.0 - f64["tp_overlap"]) * tp_passes * tp_ar
     # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
     # to-be-scattered tensors are not contiguous per rank, so each all-gather / reduce-scatter adds a
     # copy of the whole s b h tensor (read + write); torchtitan's Llama parallelize module notes the
     # batch/sequence folding that would avoid it (pytorch/torchtitan PR #437)
     sp_copy = (f64["sp_batch_copies"] > 0) & (sp > 0) & (tp > 1) & (b > 1)
-    tp_mb = tp_mb + np.where(sp_copy, busy_layers * tp_passes * 2.0 * elementwise_time_s(
+    tp_layer = tp_layer + np.where(sp_copy, tp_passes * 2.0 * elementwise_time_s(
         2.0 * ACT_BYTES * tokens * h, hbm, f64["hbm_efficiency"]), 0.0)
 
     # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
     cp_step = coll("send_recv", kv_block, cp, tp)
     cp_f = (cp - 1.0) * cp_step
-    ring_mb = busy_layers * (np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0))
+    ring_layer = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
     # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped
     a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
-    ulysses_mb = busy_layers * 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
-    cp_mb = np.where(f64["cp_ulysses"] > 0, ulysses_mb, ring_mb)
+    ulysses_layer = 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
+    cp_layer = np.where(f64["cp_ulysses"] > 0, ulysses_layer, ring_layer)
+
+    # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
+    logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
+    # the busiest pipeline stage and whether it runs the head (perfmodel.costs.pipeline_split): the
+    # last stage holds floor(n_layers / pp) layers and the head when pp does not divide n_layers;
+    # nanotron balances its split by block costs, the head included
+    layer_s, head_s = layer_f + layer_b + layer_rc + tp_layer + cp_layer, 3.0 * logits_f
+    busy_layers, busy_logits = uneven_busiest_stage(L, pp, layer_s, head_s)
+    # memory keeps the conservative ceil(n_layers / pp) layers; nanotron's split may hold more on a stage
+    mem_layers = layers
+    logits_p2p = np.zeros(())  # nanotron: the head's rank is not the last, the logits cross a p2p link
+    balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
+    if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
+        shape = np.broadcast(busy_layers, balanced, L, h, ffn, V, mm, layer_s).shape
+        idx = np.flatnonzero(np.broadcast_to(balanced, shape))
+
+        def sub_b(x):
+            return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[idx]
+
+        def scatter(base, vals):
+            out = np.broadcast_to(np.asarray(base, dtype=float), shape).astype(float).reshape(-1)
+            out[idx] = vals
+            return out.reshape(shape)
+
+        # nanotron's block costs (get_block_compute_costs): a layer 4 h^2 + 3 ffn h (its Llama), the head V h
+        units = (sub_b(L), sub_b(pp), sub_b(4.0 * h * h + 3.0 * ffn * h), sub_b(V * h))
+        bl, bh = cost_balanced_busiest_stage(*units, sub_b(layer_s), sub_b(head_s))
+        split = balanced_split_table(*units)
+        busy_layers, busy_logits = scatter(busy_layers, bl), scatter(busy_logits, bh)
+        mem_layers = scatter(layers, np.maximum(split["max_layers"], sub_b(layers)))
+        logits_p2p = scatter(0.0, (split["head_rank"] < sub_b(pp) - 1.0).astype(float))
+    compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
+    recompute_mb = busy_layers * layer_rc
+    tp_mb = busy_layers * tp_layer
+    cp_mb = busy_layers * cp_layer
+
 
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
     # to host memory after its forward and comes back before its backward, on a copy stream that
@@ -235,11 +251,15 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"] * fabric_slowdown, 0.0
     )
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
+    # nanotron: when the balanced split leaves the head short of the last rank, the fp32 cast and the
+    # loss run there and every micro-batch's b s V / t logits (and their gradient) cross one more link
+    logits_link = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
+    pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link * logits_p2p
 
     # ---- data parallel: gradients and ZeRO gathers -----------------------------------------
     p_layer = parameter_count(1, h, ffn, a, kv, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
     embed = V * h * np.where(pp > 1, 1.0, np.where(f64["tied_embeddings"] > 0, 1.0, 2.0))
-    params_gpu = (layers * p_layer + embed) / tp
+    params_gpu = (mem_layers * p_layer + embed) / tp
     grad_bytes = f64["grad_bytes_per_param"]
     # CP ranks hold the same weights and see different tokens, so gradients are reduced, and ZeRO
     # shards, over the dp x cp ranks of one TP rank (Megatron-Core: DDP and the distributed optimizer
@@ -355,9 +375,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         0.0,
     )
     offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])
-    first_stage = act_layer * in_flight_layers(L, pp, v, n_micro) + act_working - offloaded
+    first_stage = act_layer * in_flight_layers(np.maximum(L, mem_layers * pp), pp, v, n_micro) + act_working - offloaded
     logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
-    last_stage = act_layer * layers + act_working + logits_bytes
+    last_stage = act_layer * mem_layers + act_working + logits_bytes
     activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
     memory = {
         "weights_gib": weights / GIB_BYTES,

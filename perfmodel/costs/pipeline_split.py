@@ -2,12 +2,15 @@
 output head (final norm, logits, loss) over pp stages. Pure numpy over arrays of configurations.
 
 * Even split (pp divides n_layers): n_layers / pp layers per stage, the last one also runs the head.
-* Uneven split, the extra layers on the first stages (DeepSpeed ``partition_uniform`` behind
-  Megatron-DeepSpeed's default 'type:transformer' method; torchtitan's split points), or the
-  embedding and the loss counted as layers (Megatron-Core ``account_for_embedding_in_pipeline_split``
-  / ``account_for_loss_in_pipeline_split``; BLOOM's ``--pp-partition-method
-  'type:transformer|embedding'``): the last stage runs floor(n_layers / pp) layers and the head,
-  the first ones ceil(n_layers / pp) layers. The busier of the two sets the pipeline's pace.
+* Uneven split with the embedding and the loss counted as layers (Megatron-Core
+  ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``; BLOOM's
+  ``--pp-partition-method 'type:transformer|embedding'``: "pp rank 0: [embed | 5 transformer
+  blocks] ... [5 transformer blocks | embed]"): the last stage runs floor(n_layers / pp) layers and
+  the head, the others up to ceil(n_layers / pp) layers; the busier of the two sets the pipeline's
+  pace. The same rule serves the other uneven splits the data hold, where it is conservative for
+  the last stage: DeepSpeed's ``partition_balanced`` (Megatron-DeepSpeed's default 'type:transformer')
+  fills the first stages and leaves n_layers - (pp - 1) ceil(n_layers / pp) on the last one, and
+  torchtitan's split points also leave the last stage the lightest.
 * Cost-balanced split (nanotron ``build_model``: each block's cost from
   ``get_block_compute_costs`` -- a layer 4 h^2 + m ffn h, the LM head V h -- and a greedy pass that
   moves to the next rank once the cumulative cost passes rank r's threshold total (r + 1) / pp):
@@ -35,17 +38,32 @@ def uneven_busiest_stage(n_layers, pp, layer_s, head_s):
 
 
 @lru_cache(maxsize=65536)
-def _balanced_split(n_layers: int, pp: int, layer_units: float, head_units: float) -> tuple[int, int]:
-    """nanotron's greedy split of n_layers equal blocks and the head over pp ranks, as its loop runs:
-    (most layers on a rank without the head, layers on the head's rank)."""
-    total = layer_units * n_layers + head_units  # (the loop compares running sums, like np.cumsum)
+def _balanced_split(n_layers: int, pp: int, layer_units: float, head_units: float) -> tuple[int, int, int, int]:
+    """nanotron's greedy split of n_layers equal blocks and the head over pp ranks, as its loop runs
+    (thresholds total * ((rank + 1) / pp), compared with the running sum of block costs): (most layers
+    on a rank without the head, layers on the head's rank, the head's rank, most layers on any rank).
+    The zero-cost embedding and final-norm blocks never move a boundary."""
+    total = layer_units * n_layers + head_units
     cum, rank, count, most = 0.0, 0, 0, 0
     for _ in range(n_layers):
         count += 1
         cum += layer_units
-        if cum > total * (rank + 1) / pp:
+        if cum > total * ((rank + 1) / pp):
             most, rank, count = max(most, count), rank + 1, 0
-    return most, count
+    return most, count, rank, max(most, count)
+
+
+def balanced_split_table(n_layers, pp, layer_units, head_units) -> dict[str, np.ndarray]:
+    """``_balanced_split`` over arrays, once per distinct (n_layers, pp, costs): arrays ``most``,
+    ``with_head``, ``head_rank`` and ``max_layers`` shaped like the broadcast inputs."""
+    L, pp, u, H = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (n_layers, pp, layer_units, head_units)))
+    keys = np.stack([L.ravel(), pp.ravel(), u.ravel(), H.ravel()], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    splits = np.array([_balanced_split(int(k[0]), max(int(k[1]), 1), float(k[2]), float(k[3])) for k in uniq],
+                      dtype=float).reshape(-1, 4)
+    cols = splits[inverse.ravel()]
+    return {name: cols[:, i].reshape(L.shape) for i, name in enumerate(("most", "with_head", "head_rank",
+                                                                        "max_layers"))}
 
 
 def cost_balanced_busiest_stage(n_layers, pp, layer_units, head_units, layer_s, head_s):
@@ -54,13 +72,8 @@ def cost_balanced_busiest_stage(n_layers, pp, layer_units, head_units, layer_s, 
     ``layer_units`` / ``head_units``: the costs the stack balances with; ``layer_s`` / ``head_s``:
     the modelled times that decide which stage is the busiest. The split depends on the costs only,
     so it is computed once per distinct (n_layers, pp, costs) and cached."""
-    L, pp, u, H, tl, th = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (
-        n_layers, pp, layer_units, head_units, layer_s, head_s)))
-    keys = np.stack([L.ravel(), pp.ravel(), u.ravel(), H.ravel()], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    splits = np.array([_balanced_split(int(k[0]), max(int(k[1]), 1), float(k[2]), float(k[3])) for k in uniq],
-                      dtype=float).reshape(-1, 2)
-    most = splits[inverse.ravel(), 0].reshape(L.shape)
-    with_head = splits[inverse.ravel(), 1].reshape(L.shape)
+    split = balanced_split_table(n_layers, pp, layer_units, head_units)
+    tl, th = np.broadcast_arrays(np.asarray(layer_s, dtype=float), np.asarray(head_s, dtype=float))
+    most, with_head = split["most"], split["with_head"]
     head_wins = with_head * tl + th >= most * tl
     return np.where(head_wins, with_head, most), np.where(head_wins, 1.0, 0.0)

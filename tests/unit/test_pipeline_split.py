@@ -13,7 +13,7 @@ def nanotron_split(n_layers, pp, layer_units, head_units):
     """nanotron build_model's greedy split, block by block as its loop does: (layers, has_head) per rank."""
     costs = [layer_units] * n_layers + [head_units]
     cumulative = np.cumsum(costs)
-    thresholds = [cumulative[-1] * (r + 1) / pp for r in range(pp)]
+    thresholds = [cumulative[-1] * ((r + 1) / pp) for r in range(pp)]
     ranks = [[0, 0] for _ in range(pp)]
     r = 0
     for i, cum in enumerate(cumulative):
@@ -30,7 +30,8 @@ def nanotron_split(n_layers, pp, layer_units, head_units):
 @given(st.integers(1, 130), st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 32]), st.integers(1, 50),
        st.integers(0, 400), st.floats(0.1, 3.0), st.floats(0.0, 10.0))
 def test_cost_balanced_split_matches_nanotrons_loop(n_layers, pp, layer_units, head_units, layer_s, head_s):
-    """nanotron's block costs are whole numbers (4 h^2 + 3 ffn h, V h), so ties compare exactly."""
+    """Integer block costs, as nanotron's (4 h^2 + 3 ffn h, V h); thresholds in nanotron's operand
+    order, total * ((rank + 1) / pp), so exact ties compare the same way."""
     ranks = nanotron_split(n_layers, pp, layer_units, head_units)
     times = [k * layer_s + head * head_s for k, head in ranks]
     layers, head = cost_balanced_busiest_stage(n_layers, pp, layer_units, head_units, layer_s, head_s)
@@ -59,3 +60,23 @@ def test_cost_balanced_split_vectorizes():
 def test_uneven_split_last_stage_runs_floor_layers_and_the_head(n_layers, pp, head_s, expect):
     layers, head = uneven_busiest_stage(n_layers, pp, 1.0, head_s)
     assert (float(layers), float(head)) == expect
+
+
+def _nanotron_1b(pp, vocab, framework="nanotron"):
+    import perfmodel as pm
+
+    model = pm.ModelSpec(name="n1b", n_layers=16, hidden_size=2048, ffn_hidden_size=8192, n_heads=32, n_kv_heads=32,
+                         vocab_size=vocab, mlp="swiglu", tied_embeddings=True)
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), pp)
+    job = pm.JobSpec(global_batch=32, seq_len=4096, framework=framework)
+    return pm.estimate(model, cluster, pm.ParallelSpec(tp=1, pp=pp, dp=1, micro_batch=1), job)
+
+
+def test_nanotron_split_moves_the_loss_off_the_heads_rank_and_fills_some_stages_more():
+    """16 layers and a 128K-vocabulary head worth 4 layers: at pp 8 the head gets rank 6 of its own
+    and the loss rank 7, so every micro-batch's logits cross one more link; at pp 4 rank 0 holds 5
+    layers, more than ceil(16 / 4), which the memory counts."""
+    big, small = _nanotron_1b(8, 131072), _nanotron_1b(8, 1024)
+    assert big.time_breakdown_s["pp_comm_s"] > 5.0 * small.time_breakdown_s["pp_comm_s"]
+    nano, generic = _nanotron_1b(4, 131072), _nanotron_1b(4, 131072, framework="generic")
+    assert nano.memory_breakdown_gib["weights_gib"] > generic.memory_breakdown_gib["weights_gib"]
