@@ -1,7 +1,7 @@
 """Accuracy on the published measured runs, with the shipped (fitted) default profile.
 
 Bars: issue #2 (sanity, macro-averaged tokens/s/GPU MAPE <= 30%) and coverage >= 95% ok rows.
-The in-sample macro MAPE after calibration is ~20%; the leave-one-source-out numbers come from
+The in-sample macro MAPE after calibration is ~14%; the leave-one-source-out numbers come from
 ``python calibration/refit.py --loso`` (too slow for a unit test).
 """
 from pathlib import Path
