@@ -225,7 +225,6 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     tp_mb = busy_layers * tp_layer
     cp_mb = busy_layers * cp_layer
 
-
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
     # to host memory after its forward and comes back before its backward, on a copy stream that
     # overlaps the forward / backward compute of the stage
