@@ -252,8 +252,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
     # nanotron: when the balanced split leaves the head short of the last rank, the fp32 cast and the
     # loss run there and every micro-batch's b s V / t logits (and their gradient) cross one more link
-    logits_link = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
-    pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link * logits_p2p
+    if np.any(logits_p2p > 0):
+        logits_link = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
+        pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link * logits_p2p
 
     # ---- data parallel: gradients and ZeRO gathers -----------------------------------------
     p_layer = parameter_count(1, h, ffn, a, kv, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
