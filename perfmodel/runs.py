@@ -33,8 +33,10 @@ SP_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatro
 #: (torchtitan 2024 config_manager.py: --experimental.pipeline_parallel_microbatches "The default
 #: value will be the number of pipeline stages, if unspecified")
 PP_MICROBATCHES_PER_STAGE = {"torchtitan"}
-#: the runs schema's tag for TFLOP/s by Megatron's eq. 3 (which assumes full activation recomputation)
-EQ3_CONVENTION = "[tflops convention: Megatron eq.3 (counts recompute)]"
+#: the runs schema's ``[tflops convention: NAME]`` tag in ``notes``: the names validate converts, the
+#: first being Megatron's eq. 3 (which assumes full activation recomputation)
+CONVENTION_EQ3 = "Megatron eq.3 (counts recompute)"
+CONVENTION_MODEL_X3_4 = "model FLOPs (Megatron formula x3/4)"
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
 
@@ -84,6 +86,14 @@ def _catalog_vocab(df: pd.DataFrame, mlp: np.ndarray) -> np.ndarray:
         if len(found) == 1:
             out[i] = next(iter(found))
     return out
+
+
+def tflops_convention(df: pd.DataFrame) -> np.ndarray:
+    """The FLOP convention each row's TFLOP/s follow: NAME of the ``[tflops convention: NAME]`` tag in
+    ``notes``, '' where none is given."""
+    notes = df["notes"] if "notes" in df else pd.Series([""] * len(df), index=df.index)
+    return notes.fillna("").astype(str).str.extract(r"\[tflops convention:([^\]]*)\]")[0].fillna(
+        "").str.strip().to_numpy()
 
 
 REQUIRED = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
@@ -206,9 +216,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     rc_text = _text(df, "recompute")
     # a blank mode under Megatron's eq. 3 FLOP convention is full recompute: the convention counts
     # the recompute forward pass (Narayanan et al. 2021, eq. 3 assumes activation recomputation)
-    notes = df["notes"].fillna("").astype(str) if "notes" in df else pd.Series([""] * n)
-    eq3 = notes.str.contains(EQ3_CONVENTION, regex=False).to_numpy()
-    rc_text = np.where((rc_text == "") & eq3, "full", rc_text)
+    rc_text = np.where((rc_text == "") & (tflops_convention(df) == CONVENTION_EQ3), "full", rc_text)
     recompute_given = rc_text != ""
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "invalid",
          f"recompute: must be one of {', '.join(RECOMPUTE_CODES)}")

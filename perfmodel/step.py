@@ -23,11 +23,7 @@ from perfmodel.costs.flops import (
     model_flops_per_token,
     parameter_count,
 )
-from perfmodel.costs.pipeline_split import (
-    balanced_split_table,
-    cost_balanced_busiest_stage,
-    uneven_busiest_stage,
-)
+from perfmodel.costs.pipeline_split import balanced_split_table, busiest_of_split, uneven_busiest_stage
 from perfmodel.costs.memory import (
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
@@ -74,6 +70,23 @@ TIME_PARTS = (
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
 
 ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
+
+
+class _Subset:
+    """The elements of a broadcast batch where ``mask`` holds: a costly term is computed on them only
+    (``take`` its inputs) and scattered back (``put``), so a search pays for it only where it applies."""
+
+    def __init__(self, mask, *shaped):
+        self.shape = np.broadcast(mask, *shaped).shape
+        self.idx = np.flatnonzero(np.broadcast_to(mask, self.shape))
+
+    def take(self, x) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=float), self.shape).reshape(-1)[self.idx]
+
+    def put(self, base, vals) -> np.ndarray:
+        out = np.broadcast_to(np.asarray(base, dtype=float), self.shape).astype(float).reshape(-1)
+        out[self.idx] = np.broadcast_to(vals, self.idx.shape)
+        return out.reshape(self.shape)
 
 
 def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -202,24 +215,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     logits_p2p = np.zeros(())  # nanotron: the head's rank is not the last, the logits cross a p2p link
     balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
     if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
-        shape = np.broadcast(busy_layers, balanced, L, h, ffn, V, mm, layer_s).shape
-        idx = np.flatnonzero(np.broadcast_to(balanced, shape))
-
-        def sub_b(x):
-            return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[idx]
-
-        def scatter(base, vals):
-            out = np.broadcast_to(np.asarray(base, dtype=float), shape).astype(float).reshape(-1)
-            out[idx] = vals
-            return out.reshape(shape)
-
+        sub = _Subset(balanced, busy_layers, L, h, ffn, V, layer_s)
         # nanotron's block costs (get_block_compute_costs): a layer 4 h^2 + 3 ffn h (its Llama), the head V h
-        units = (sub_b(L), sub_b(pp), sub_b(4.0 * h * h + 3.0 * ffn * h), sub_b(V * h))
-        bl, bh = cost_balanced_busiest_stage(*units, sub_b(layer_s), sub_b(head_s))
-        split = balanced_split_table(*units)
-        busy_layers, busy_logits = scatter(busy_layers, bl), scatter(busy_logits, bh)
-        mem_layers = scatter(layers, np.maximum(split["max_layers"], sub_b(layers)))
-        logits_p2p = scatter(0.0, (split["head_rank"] < sub_b(pp) - 1.0).astype(float))
+        split = balanced_split_table(sub.take(L), sub.take(pp), sub.take(4.0 * h * h + 3.0 * ffn * h), sub.take(V * h))
+        bl, bh = busiest_of_split(split, sub.take(layer_s), sub.take(head_s))
+        busy_layers, busy_logits = sub.put(busy_layers, bl), sub.put(busy_logits, bh)
+        mem_layers = sub.put(layers, np.maximum(split["max_layers"], sub.take(layers)))
+        logits_p2p = sub.put(0.0, (split["head_rank"] < sub.take(pp) - 1.0).astype(float))
     compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
     recompute_mb = busy_layers * layer_rc
     tp_mb = busy_layers * tp_layer
@@ -293,12 +295,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), dp_per_node)
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
-    shape = np.broadcast(zero, dpc, tp, L).shape
-    z3_idx = np.flatnonzero(np.broadcast_to((zero >= 3) & (dpc > 1), shape))
-
-    def sub(x):
-        return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[z3_idx]
-
+    z3_rows = _Subset((zero >= 3) & (dpc > 1), tp, L)
+    sub = z3_rows.take
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
         "inter_latency_s", "congestion_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s")}
@@ -313,11 +311,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz), grad_bytes=sub(grad_bytes),
         step_latency_s=sub(f64["zero3_step_latency_s"]),
     )
-    z3 = {}
-    for key, val in z3_sub.items():
-        full = np.zeros(int(np.prod(shape)))
-        full[z3_idx] = np.broadcast_to(val, z3_idx.shape)
-        z3[key] = full.reshape(shape)
+    z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
     # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
     psi = f64["zero3_overlap"]
     fwd_compute, bwd_compute = layers * layer_f, layers * layer_b + recompute_mb

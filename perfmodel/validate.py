@@ -11,7 +11,7 @@ import pandas as pd
 
 from perfmodel.calibration_profile import Calibration
 from perfmodel.costs.flops import megatron_eq3_flops_per_iteration, model_flops_per_token
-from perfmodel.runs import runs_to_inputs
+from perfmodel.runs import CONVENTION_EQ3, CONVENTION_MODEL_X3_4, runs_to_inputs, tflops_convention
 from perfmodel.step import step_costs
 
 PRED_COLUMNS = ["run_id", "status", "reason", "pred_iteration_time_s", "pred_tokens_per_s_per_gpu",
@@ -66,12 +66,8 @@ def convention_flops_per_token(df: pd.DataFrame) -> np.ndarray:
     mm = np.where(df.get("mlp", pd.Series([""] * len(df))).fillna("").to_numpy() == "swiglu", 3.0, 2.0)
     eq3 = megatron_eq3_flops_per_iteration(1.0, s, L, h, V) / s
     model = model_flops_per_token(L, h, ffn, a, kv, V, mm, s, causal=False)
-    conv = df.get("notes", pd.Series([""] * len(df))).fillna("").astype(str).str.extract(
-        r"\[tflops convention:([^\]]*)\]")[0].fillna("").str.strip().to_numpy()
-    return np.select(
-        [conv == "Megatron eq.3 (counts recompute)", conv == "model FLOPs (Megatron formula x3/4)"],
-        [eq3, 0.75 * eq3], model,
-    )
+    conv = tflops_convention(df)
+    return np.select([conv == CONVENTION_EQ3, conv == CONVENTION_MODEL_X3_4], [eq3, 0.75 * eq3], model)
 
 
 def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:

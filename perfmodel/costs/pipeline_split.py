@@ -72,8 +72,12 @@ def cost_balanced_busiest_stage(n_layers, pp, layer_units, head_units, layer_s, 
     ``layer_units`` / ``head_units``: the costs the stack balances with; ``layer_s`` / ``head_s``:
     the modelled times that decide which stage is the busiest. The split depends on the costs only,
     so it is computed once per distinct (n_layers, pp, costs) and cached."""
-    split = balanced_split_table(n_layers, pp, layer_units, head_units)
-    tl, th = np.broadcast_arrays(np.asarray(layer_s, dtype=float), np.asarray(head_s, dtype=float))
+    return busiest_of_split(balanced_split_table(n_layers, pp, layer_units, head_units), layer_s, head_s)
+
+
+def busiest_of_split(split: dict[str, np.ndarray], layer_s, head_s):
+    """(layers, head) of the busiest stage of a ``balanced_split_table``: the fullest stage without
+    the head, or the head's stage, whichever takes longer."""
     most, with_head = split["most"], split["with_head"]
-    head_wins = with_head * tl + th >= most * tl
+    head_wins = with_head * layer_s + head_s >= most * layer_s
     return np.where(head_wins, with_head, most), np.where(head_wins, 1.0, 0.0)
