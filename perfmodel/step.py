@@ -183,32 +183,32 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # and keeps the reduce-scatter outputs
     sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
     tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
-    tp_layer = (1.0 - f64["tp_overlap"]) * tp_passes * tp_ar
+    tp_layer_s = (1.0 - f64["tp_overlap"]) * tp_passes * tp_ar
     # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
     # to-be-scattered tensors are not contiguous per rank, so each all-gather / reduce-scatter adds a
     # copy of the whole s b h tensor (read + write); torchtitan's Llama parallelize module notes the
     # batch/sequence folding that would avoid it (pytorch/torchtitan PR #437)
     sp_copy = (f64["sp_batch_copies"] > 0) & (sp > 0) & (tp > 1) & (b > 1)
-    tp_layer = tp_layer + np.where(sp_copy, tp_passes * 2.0 * elementwise_time_s(
+    tp_layer_s = tp_layer_s + np.where(sp_copy, tp_passes * 2.0 * elementwise_time_s(
         2.0 * ACT_BYTES * tokens * h, hbm, f64["hbm_efficiency"]), 0.0)
 
     # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
     cp_step = coll("send_recv", kv_block, cp, tp)
     cp_f = (cp - 1.0) * cp_step
-    ring_layer = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
+    ring_layer_s = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
     # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped
     a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
-    ulysses_layer = 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
-    cp_layer = np.where(f64["cp_ulysses"] > 0, ulysses_layer, ring_layer)
+    ulysses_layer_s = 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
+    cp_layer_s = np.where(f64["cp_ulysses"] > 0, ulysses_layer_s, ring_layer_s)
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
     # the busiest pipeline stage and whether it runs the head (perfmodel.costs.pipeline_split): the
     # last stage holds floor(n_layers / pp) layers and the head when pp does not divide n_layers;
     # nanotron balances its split by block costs, the head included
-    layer_s, head_s = layer_f + layer_b + layer_rc + tp_layer + cp_layer, 3.0 * logits_f
+    layer_s, head_s = layer_f + layer_b + layer_rc + tp_layer_s + cp_layer_s, 3.0 * logits_f
     busy_layers, busy_logits = uneven_busiest_stage(L, pp, layer_s, head_s)
     # memory keeps the conservative ceil(n_layers / pp) layers; nanotron's split may hold more on a stage
     mem_layers = layers
@@ -224,8 +224,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         logits_p2p = sub.put(0.0, (split["head_rank"] < sub.take(pp) - 1.0).astype(float))
     compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
     recompute_mb = busy_layers * layer_rc
-    tp_mb = busy_layers * tp_layer
-    cp_mb = busy_layers * cp_layer
+    tp_mb = busy_layers * tp_layer_s
+    cp_mb = busy_layers * cp_layer_s
 
     # activation offloading (Yuan et al. ATC'24): the share alpha of a micro-batch's activations goes
     # to host memory after its forward and comes back before its backward, on a copy stream that
@@ -255,8 +255,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # nanotron: when the balanced split leaves the head short of the last rank, the fp32 cast and the
     # loss run there and every micro-batch's b s V / t logits (and their gradient) cross one more link
     if np.any(logits_p2p > 0):
-        logits_link = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
-        pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link * logits_p2p
+        logits_link_s = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
+        pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link_s * logits_p2p
 
     # ---- data parallel: gradients and ZeRO gathers -----------------------------------------
     p_layer = parameter_count(1, h, ffn, a, kv, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
