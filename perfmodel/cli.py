@@ -57,8 +57,12 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
     return ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
 
 
-def build_job(global_batch, seq_len, precision, framework):
+def build_job(global_batch, seq_len, precision, framework, gpu=None):
+    """The job; a precision left out (None) is bf16, or fp16 on a GPU without bf16 tensor cores."""
     from perfmodel.specs import JobSpec
+
+    if precision is None:
+        precision = "fp16" if gpu is not None and not gpu.supports_precision("bf16") else "bf16"
 
     for name, value in (("global_batch", global_batch), ("seq_len", seq_len)):
         if value > MAX_COUNT:
@@ -99,7 +103,7 @@ def estimate(
     offload_fraction: Annotated[
         float, typer.Option("--offload-fraction", help="Share of warm-up activations offloaded to host (0..1).")
     ] = 0.0,
-    precision: PrecisionOpt = "bf16",
+    precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
     calibration: CalibrationOpt = None,
     deepspeed_config: Annotated[
@@ -139,7 +143,7 @@ def estimate(
             check_hpz_partition(hpz_size, gpus, dp_ds * cp)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         if micro_batch <= 0:
             raise InputError("micro_batch", f"must be a positive integer (got {micro_batch})")
         check_model_split(spec, tp, pp)

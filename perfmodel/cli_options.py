@@ -16,7 +16,8 @@ ScaleOutOpt = Annotated[
     Optional[float], typer.Option("--scale-out-gbit-per-s", help="Total NIC bandwidth per node, Gbit/s.")
 ]
 NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out fabric name (e.g. 'IB NDR', 'EFA').")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4.")]
+PrecisionOpt = Annotated[Optional[str], typer.Option(
+    "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4 (default: bf16; fp16 on a GPU without bf16, e.g. V100).")]
 FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
 CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]

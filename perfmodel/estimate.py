@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 
@@ -20,7 +21,8 @@ from perfmodel.constants import CostConstants
 from perfmodel.errors import InputError
 from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
 from perfmodel.rules import first_broken
-from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs.job import Precision
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
@@ -45,9 +47,19 @@ def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
         raise InputError(broken.field, broken.message(x))
 
 
+def check_precision(gpu: AcceleratorSpec, precision: str) -> None:
+    """The job's precision must be one the GPU has tensor cores for (fp8 needs Hopper or later,
+    mxfp8/nvfp4 Blackwell, bf16 Ampere or later): a run in another cannot happen, so nothing is
+    costed at a stand-in rate."""
+    if not gpu.supports_precision(precision):
+        native = ", ".join(p for p in get_args(Precision) if gpu.supports_precision(p))
+        raise InputError("precision", f"{gpu.name} has no {precision} tensor cores (it trains in {native})")
+
+
 def check_config(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> None:
-    """Cross-field rules (``perfmodel.rules.CONFIG_RULES``); raise InputError naming the field, the
-    rule and the values."""
+    """The precision (``check_precision``) and the cross-field rules (``perfmodel.rules.CONFIG_RULES``);
+    raise InputError naming the field, the rule and the values."""
+    check_precision(cluster.gpu, job.precision)
     x = config_arrays(model, cluster, par, job)
     broken = first_broken(rules.CONFIG_RULES, x)
     if broken is not None:

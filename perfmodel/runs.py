@@ -248,12 +248,15 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     hw_rows: list[dict] = []
     fw_rows: list[dict] = []
     no_profile: set[str] = set()
+    no_tensor_cores: set[tuple[str, str]] = set()
     for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
             spec = load_gpu(gpu_i)
         except InputError:
             no_profile.add(gpu_i)
             spec = load_gpu("h100-sxm5-80gb")
+        if gpu_i not in no_profile and not spec.supports_precision(prec_i):
+            no_tensor_cores.add((gpu_i, prec_i))
         net_constants, gpu, shape = cal.for_network(spec, net_i)
         g = int(gpn_i) if np.isfinite(gpn_i) and gpn_i > 0 else gpu.default_gpus_per_node
         n_g = int(n_i) if np.isfinite(n_i) and n_i > 0 else g
@@ -274,6 +277,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, gpu_i) and profile.flash_attention))
     for g in sorted(no_profile):
         mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
+    for g, prec in sorted(no_tensor_cores):
+        mark((gpu_name == g) & (precision == prec), "invalid", f"precision: {g} has no {prec} tensor cores")
     inputs: dict[str, np.ndarray] = {}
     for rows in (hw_rows, fw_rows):
         for key in rows[0].keys() if rows else ():

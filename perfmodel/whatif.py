@@ -6,7 +6,9 @@
                    mode="fixed", parallel=pm.ParallelSpec(tp=8, pp=4, vpp=5))
 
 One row per point of the Cartesian product of the swept values: the swept values, the
-configuration (fixed, or the best one found), ``iteration_time_s``, ``tokens_per_s_per_gpu``,
+``precision`` (the job's; a bf16 job runs in fp16 on a GPU without bf16 tensor cores, and a point whose
+GPU lacks the job's 8- or 4-bit format is invalid), the configuration (fixed, or the best one found),
+``iteration_time_s``, ``tokens_per_s_per_gpu``,
 ``tokens_per_s``, ``mfu``, ``memory_gib``, ``fits``, ``status`` (``ok`` / ``invalid`` / ``no fit``)
 and ``reason``. Everything not swept stays as in the base cluster and job (the network stays when
 the GPU changes). Infeasible points are rows with a status, never exceptions.
@@ -121,6 +123,13 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:
         return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))
+    if j.precision == "bf16" and not gpu.supports_precision("bf16") and gpu.supports_precision("fp16"):
+        # the 16-bit job on a GPU without bf16 tensor cores (V100) runs in fp16, at the same rate
+        j = j.model_copy(update={"precision": "fp16"})
+    shown["precision"] = j.precision
+    if not gpu.supports_precision(j.precision):
+        return _Point(None, None, cal, zpp, shown,
+                      str(InputError("precision", f"{gpu.name} has no {j.precision} tensor cores")))
     return _Point(c, j, cal, zpp, shown)
 
 
@@ -224,7 +233,7 @@ def whatif(
     else:
         rows = [{**p.shown, **(_best_one(model, p.cluster, p.job, p.calibration, p.zeropp_on) if not p.invalid
                                else {"status": "invalid", "reason": p.invalid})} for p in points]
-    columns = names + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS) + ["status", "reason"]
+    columns = names + ["precision"] + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS) + ["status", "reason"]
     df = pd.DataFrame(rows).reindex(columns=columns)
     df["fits"] = df["fits"].fillna(False).astype(bool)
     df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0)

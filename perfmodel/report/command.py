@@ -40,7 +40,7 @@ def report(
     gpus_per_node: GpnOpt = None,
     scale_out_gbit_per_s: ScaleOutOpt = None,
     network: NetworkOpt = None,
-    precision: PrecisionOpt = "bf16",
+    precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
     calibration: CalibrationOpt = None,
     top: Annotated[int, typer.Option("--top", help=f"Candidates in the table and breakdown plots (1..{MAX_TOP}).")] = 5,
@@ -69,7 +69,7 @@ def report(
             raise InputError("top", f"must be between 1 and {MAX_TOP} (got {top})")
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         counts = parse_counts(scaling_gpus, "scaling_gpus")
         runs_df = None
         if runs is not None:

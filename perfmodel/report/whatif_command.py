@@ -49,7 +49,7 @@ def whatif_command(
     gpus_per_node: GpnOpt = None,
     scale_out_gbit_per_s: ScaleOutOpt = None,
     network: NetworkOpt = None,
-    precision: PrecisionOpt = "bf16",
+    precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
     calibration: CalibrationOpt = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (mode fixed).")] = 1,
@@ -78,7 +78,7 @@ def whatif_command(
         sweep = parse_vary(vary)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         par = None
         if mode == "fixed":
             try:
@@ -100,11 +100,19 @@ def whatif_command(
         typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "points": json.loads(df.to_json(orient="records"))},
                               indent=2))
     else:
-        cols = list(sweep) + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
+        # the precision column where it differs between points (a bf16 job runs in fp16 on a V100)
+        shown_precision = ["precision"] if "precision" in df and df["precision"].nunique() > 1 else []
+        cols = list(sweep) + shown_precision + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
                               "tokens_per_s_per_gpu", "mfu", "memory_gib", "iteration_time_s", "status"]
+        table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
+        for col in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"):
+            table[col] = table[col].astype("Int64")  # whole numbers even where a point has none
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
-            typer.echo(df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1,
-                                       "iteration_time_s": 3}).to_string(index=False))
+            typer.echo(table.to_string(index=False))
+        # why a point is not costed (or how it was): one line per point with a reason
+        for _, row in df[df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str) != ""].iterrows():
+            point = ", ".join(f"{k}={row[k]}" for k in sweep)
+            typer.echo(f"  {point}: {row['reason']}")
         if out is not None:
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
     if not (df["status"] == "ok").any():

@@ -57,7 +57,7 @@ def recommend(
     gpus_per_node: GpnOpt = None,
     scale_out_gbit_per_s: ScaleOutOpt = None,
     network: NetworkOpt = None,
-    precision: PrecisionOpt = "bf16",
+    precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
     calibration: CalibrationOpt = None,
     top: Annotated[int, typer.Option("--top", help="How many candidates to show.")] = 5,
@@ -107,7 +107,7 @@ def recommend(
             counts = sorted(set(counts) | {gpus})
         base = gpus if gpus is not None else max(counts)
         cluster = build_cluster(gpu, base, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         cal = load_calibration(calibration)
         res = run_search(spec, cluster, job, cal, gpu_counts=counts, objective=objective,
                          train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=max(top, 2),

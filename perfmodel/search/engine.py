@@ -18,7 +18,7 @@ import pandas as pd
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError
-from perfmodel.estimate import build_inputs
+from perfmodel.estimate import build_inputs, check_precision
 from perfmodel.search.space import (
     HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, Space, enumerate_space, expand_zeropp,
     zeropp_names,
@@ -211,6 +211,7 @@ def run_search(
     ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration; None (the
     default) does so where the framework implements ZeRO++ (DeepSpeed)."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
+    check_precision(cluster.gpu, job.precision)
     if zeropp is None:
         zeropp = (job.framework or "").lower() in ZEROPP_FRAMEWORKS
     cal = calibration if calibration is not None else load_calibration(None)

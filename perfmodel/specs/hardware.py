@@ -50,6 +50,11 @@ class AcceleratorSpec(BaseModel):
     host_link_gb_per_s: float = Field(default=32.0, gt=0, description="GPU-host link, one direction.")
     intra_node_latency_us: float = Field(default=4.0, gt=0)
     scale_out_latency_us: float = Field(default=12.0, gt=0)
+    unsupported_precisions: list[str] = Field(
+        default_factory=list,
+        description="Training precisions the GPU has no tensor cores for although its peak table names them "
+        "as the 16-bit base of the cost model (bf16 on Volta); a job in one is rejected.",
+    )
     sources: list[str] = Field(min_length=1, description="Datasheets and measurements cited.")
 
     @model_validator(mode="after")
@@ -58,6 +63,11 @@ class AcceleratorSpec(BaseModel):
             if key not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
         return self
+
+    def supports_precision(self, precision: str) -> bool:
+        """Whether the GPU has tensor cores for ``precision``: its own entry in the peak table (fp8
+        needs 'fp8', mxfp8 'mxfp8', nvfp4 'nvfp4') and not listed in ``unsupported_precisions``."""
+        return precision in self.peak_dense_tflop_per_s and precision not in self.unsupported_precisions
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak for a GEMM precision; a format the GPU lacks runs at the next one it has

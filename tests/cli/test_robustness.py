@@ -34,9 +34,23 @@ def assert_one_error(res, field=None):
     (["calibrate", "--gpu", "h100-sxm5-80gb", "--runs", str(RUNS), "--gpus-per-node", "0", "--out", "x.yaml"],
      "gpus_per_node"),
     (["whatif", *BASE, "--vary", "gpus=8", "--vary", "gpus=16"], "vary.gpus"),
+    # a precision the GPU has no tensor cores for is refused, not costed at a stand-in rate
+    (["estimate", *BASE[:2], "--gpu", "a100-sxm4-80gb", *BASE[4:], "--precision", "fp8"], "precision"),
+    (["recommend", *BASE, "--precision", "mxfp8"], "precision"),
+    (["estimate", *BASE[:2], "--gpu", "v100-sxm2-16gb", *BASE[4:], "--precision", "bf16"], "precision"),
 ])
 def test_bad_input_is_one_line(args, field):
     assert_one_error(run(*args), field)
+
+
+def test_precision_defaults_to_what_the_gpu_has():
+    """No --precision: bf16, or fp16 on Volta (no bf16 tensor cores)."""
+    res = run("estimate", *BASE[:2], "--gpu", "v100-sxm2-16gb", *BASE[4:], "--json")
+    assert res.returncode == 0, res.stderr
+    assert '"precision": "fp16"' in res.stdout
+    res = run("estimate", *BASE, "--json")
+    assert res.returncode == 0, res.stderr
+    assert '"precision": "bf16"' in res.stdout
 
 
 def test_binary_and_folder_inputs(tmp_path):

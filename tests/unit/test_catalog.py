@@ -197,3 +197,27 @@ def test_fp8_mamf_is_the_measured_one(gpu, row):
     assert spec.fp8_matmul_efficiency_max == pytest.approx(measured, abs=0.001)
     # the fp8 GEMM rate never exceeds what was measured, nor the bf16 MAMF's share of its peak by much
     assert spec.fp8_matmul_efficiency_max <= spec.matmul_efficiency_max + 0.01
+
+
+@pytest.mark.parametrize("name", CONTRACT_GPUS)
+def test_tensor_core_formats_follow_the_architecture(name):
+    """bf16 from Ampere, fp8 from Hopper (Ada aside), MX/NV block formats on Blackwell only: a job in
+    another format is refused by estimate and the search instead of being costed at a stand-in rate."""
+    gpu = perfmodel.load_gpu(name)
+    arch = ("volta" if name.startswith("v100") else "ampere" if name.startswith(("a100", "a800"))
+            else "hopper" if name.startswith(("h100", "h800", "h200")) else "blackwell")
+    assert gpu.supports_precision("fp16")
+    assert gpu.supports_precision("bf16") == (arch != "volta")
+    assert gpu.supports_precision("fp8") == (arch in ("hopper", "blackwell"))
+    for block_format in ("mxfp8", "nvfp4"):
+        assert gpu.supports_precision(block_format) == (arch == "blackwell")
+    model = perfmodel.load_model("llama3-8b")
+    cluster = perfmodel.ClusterSpec.build(gpu, n_gpus=8)
+    par = perfmodel.ParallelSpec(tp=1, pp=1, dp=8)
+    for precision in ("bf16", "fp8", "nvfp4"):
+        job = perfmodel.JobSpec(global_batch=8, seq_len=2048, precision=precision)
+        if gpu.supports_precision(precision):
+            assert perfmodel.estimate(model, cluster, par, job).iteration_time_s > 0
+        else:
+            with pytest.raises(InputError, match=rf"precision: {name} has no {precision} tensor cores"):
+                perfmodel.estimate(model, cluster, par, job)

@@ -65,3 +65,15 @@ def test_torchtitan_pipelines_split_the_local_batch_into_one_micro_batch_per_sta
     assert micro_batch_of("torchtitan", pp=1) == 1.0
     assert micro_batch_of("torchtitan", pp=8, micro_batch=2) == 2.0  # a stated value wins
     assert "torchtitan" in DEFAULTS_DOC["micro_batch"]
+
+
+def test_a_run_in_a_precision_its_gpu_lacks_is_invalid_and_blank_is_what_it_has():
+    """fp8 on an A100 cannot have run: the row is invalid with the reason, the others are costed; a
+    blank precision is bf16, or fp16 on a V100 (no bf16 tensor cores)."""
+    df = pd.DataFrame([dict(ROW, run_id="t-001", precision="fp8"), dict(ROW, run_id="t-002", precision="bf16"),
+                       dict(ROW, run_id="t-003", gpu="v100-sxm3-32gb", precision="bf16"),
+                       dict(ROW, run_id="t-004", gpu="v100-sxm3-32gb")])
+    _, status, reason, _ = runs_to_inputs(df)
+    assert list(status) == ["invalid", "ok", "invalid", "ok"], reason
+    assert reason[0] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
+    assert reason[2] == "precision: v100-sxm3-32gb has no bf16 tensor cores"

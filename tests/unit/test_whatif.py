@@ -58,6 +58,18 @@ def test_invalid_points_are_rows_with_a_reason(mode):
     assert df["status"].iloc[1] == "ok"
 
 
+@pytest.mark.parametrize("mode", ["fixed", "best"])
+def test_a_gpu_without_the_jobs_tensor_cores(mode):
+    """Swapping the GPU keeps the job: an fp8 job on an A100 is an invalid point naming the
+    precision; a bf16 job on a V100 runs in fp16 (its 16-bit format, at the same rate) and says so."""
+    fp8 = JOB.model_copy(update={"precision": "fp8"})
+    df = pm.whatif(MODEL, CLUSTER, fp8, {"gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}, mode=mode, parallel=PAR)
+    assert list(df["status"]) == ["ok", "invalid"]
+    assert df["reason"].iloc[1] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "v100-sxm3-32gb"]}, mode=mode, parallel=PAR)
+    assert list(df["precision"]) == ["bf16", "fp16"] and (df["status"] != "invalid").all()
+
+
 def test_best_mode_matches_the_search():
     df = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "h200-sxm-141gb"]})
     assert list(df["gpu"]) == ["h100-sxm5-80gb", "h200-sxm-141gb"]
