@@ -39,6 +39,7 @@ CONVENTION_EQ3 = "Megatron eq.3 (counts recompute)"
 CONVENTION_MODEL_X3_4 = "model FLOPs (Megatron formula x3/4)"
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
+NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
 
 DEFAULTS_DOC = {
     "precision": "bf16 (fp16 on V100, which has no bf16)",
@@ -48,8 +49,9 @@ DEFAULTS_DOC = {
     "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "
     "has none)",
     "recompute": "full where the row's TFLOP/s follow Megatron's eq. 3 (notes tag '[tflops convention: Megatron "
-    "eq.3 (counts recompute)]': the formula assumes activation recomputation); else the least recomputation "
-    "that fits: none, else selective, else full",
+    "eq.3 (counts recompute)]': the formula assumes activation recomputation); none for Megatron-Bridge "
+    "(its performance recipes' workload configs recompute nothing unless they say so); else the least "
+    "recomputation that fits: none, else selective, else full",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
     "2024 default for --experimental.pipeline_parallel_microbatches)",
     "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
@@ -217,6 +219,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     # a blank mode under Megatron's eq. 3 FLOP convention is full recompute: the convention counts
     # the recompute forward pass (Narayanan et al. 2021, eq. 3 assumes activation recomputation)
     rc_text = np.where((rc_text == "") & (tflops_convention(df) == CONVENTION_EQ3), "full", rc_text)
+    # Megatron-Bridge's performance recipes recompute nothing unless a workload config says so
+    # (scripts/performance/utils/utils.py WorkloadBaseConfig: recompute_num_layers and
+    # recompute_modules default to None), and a recipe that recomputes states it
+    rc_text = np.where((rc_text == "") & np.isin(framework, list(NO_RECOMPUTE_DEFAULT)), "none", rc_text)
     recompute_given = rc_text != ""
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "invalid",
          f"recompute: must be one of {', '.join(RECOMPUTE_CODES)}")

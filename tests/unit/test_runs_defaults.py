@@ -77,3 +77,19 @@ def test_a_run_in_a_precision_its_gpu_lacks_is_invalid_and_blank_is_what_it_has(
     assert list(status) == ["invalid", "ok", "invalid", "ok"], reason
     assert reason[0] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
     assert reason[2] == "precision: v100-sxm3-32gb has no bf16 tensor cores"
+
+
+def test_blank_recompute_is_none_for_megatron_bridge_recipes_else_the_least_that_fits():
+    """Megatron-Bridge's performance recipes recompute nothing unless they say so: its blank cells are
+    'none' (given), other stacks' blank cells are left to the least recompute that fits."""
+    from perfmodel.specs.parallel import RECOMPUTE_CODES
+
+    df = pd.DataFrame([dict(ROW, run_id="t-001", framework="megatron-bridge"),
+                       dict(ROW, run_id="t-002", framework="megatron-lm"),
+                       dict(ROW, run_id="t-003", framework="megatron-bridge", recompute="full")])
+    inputs, status, reason, given = runs_to_inputs(df)
+    assert list(status) == ["ok"] * 3, reason
+    assert list(given) == [True, False, True]
+    assert inputs["recompute"][0] == RECOMPUTE_CODES["none"]
+    assert inputs["recompute"][2] == RECOMPUTE_CODES["full"]
+    assert "Megatron-Bridge" in DEFAULTS_DOC["recompute"]
