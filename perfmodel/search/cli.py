@@ -143,7 +143,7 @@ def recommend(
         return
 
     df = res.candidates.head(top)
-    typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {precision}, {framework}")
+    typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {job.precision}, {framework}")
     typer.echo(
         f"searched {res.n_evaluated:,} configurations in {res.search_time_s:.2f} s: {res.n_feasible:,} fit "
         f"(objective: {objective})"

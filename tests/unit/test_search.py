@@ -192,6 +192,8 @@ def test_cli_table_and_explanation():
     assert r.exit_code == 0, r.output
     assert "winner vs" in r.stdout
     assert "time breakdown" in r.stdout
+    # the header names the precision the search ran in (bf16 when --precision is left out)
+    assert ", bf16, " in r.stdout.splitlines()[0]
 
 
 def test_cli_gpus_range_prints_pareto():
