@@ -14,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from perfmodel.errors import InputError, NothingUsable, from_validation_error
+from perfmodel.limits import MAX_COUNT, MAX_GPUS
 
 app = typer.Typer(
     add_completion=False,
@@ -36,8 +37,6 @@ def fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-MAX_GPUS = 1 << 20  # a million GPUs: well beyond any cluster, small enough to enumerate
-MAX_COUNT = (1 << 31) - 1  # sequences per batch / tokens per sequence (int32 in the search arrays)
 
 
 def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
@@ -177,6 +176,20 @@ def estimate(
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
     typer.echo("memory breakdown (GiB):")
     typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
+    note = network_note(network, cal)
+    if note:
+        typer.echo(note)
+
+
+def network_note(network: str | None, cal) -> str | None:
+    """A fabric named but absent from the calibration runs at datasheet rates: say so (a typo in
+    'efa' would otherwise change the answer silently)."""
+    key = (network or "").strip().lower()
+    if not key or key in cal.networks:
+        return None
+    known = ", ".join(sorted(cal.networks)) or "none"
+    return (f"note: network {network!r} has no calibration entry: its collectives run at the datasheet "
+            f"NIC/NVLink rates with the shared efficiencies (calibrated fabrics: {known})")
 
 
 @app.command()
@@ -199,8 +212,11 @@ def validate(
         fail(exc)
     if out.is_dir():
         fail(InputError("out", "is a folder; give a CSV file path", where=str(out)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pred.to_csv(out, index=False)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pred.to_csv(out, index=False)
+    except OSError as exc:
+        fail(InputError("out", f"cannot write {out} ({exc.strerror or exc})"))
     table, summary = error_table(df, pred)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         typer.echo("tokens/s/GPU absolute percentage error per source:")
@@ -208,7 +224,11 @@ def validate(
     counts = f"rows {summary['rows']}, ok {summary['ok']} ({summary['ok_fraction']:.1%}), scored {summary['scored']}"
     if summary["scored"] == 0:
         typer.echo(f"{counts}; no row could be scored (see status and reason in {out})")
-        raise typer.Exit(1 if summary["ok"] == 0 else 0)
+        if summary["ok"] == 0:
+            first = pred["reason"].astype(str).value_counts().index[0] if len(pred) else ""
+            typer.echo(f"error: no row of {runs_csv} could be costed (most common reason: {first})", err=True)
+            raise typer.Exit(1)
+        raise typer.Exit(0)
     typer.echo(
         f"{counts}; MAPE overall {summary['mape_pct']:.1f}%, macro-averaged over sources {summary['macro_mape_pct']:.1f}%"
     )

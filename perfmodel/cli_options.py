@@ -22,3 +22,22 @@ FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (
 CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 OptionalGpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]
+
+
+def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
+    """``"64,128,256"`` -> [64, 128, 256] (None when not given); each a positive integer of at most
+    ``perfmodel.limits.MAX_GPUS``, else InputError naming ``field``."""
+    from perfmodel.errors import InputError
+    from perfmodel.limits import MAX_GPUS
+
+    if text is None or not text.strip():
+        return None
+    try:
+        vals = [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise InputError(field, f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise InputError(field, f"must hold positive integers (got {text!r})")
+    if max(vals) > MAX_GPUS:
+        raise InputError(field, f"GPU counts must be at most {MAX_GPUS:,} (got {max(vals):,})")
+    return vals

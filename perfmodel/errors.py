@@ -53,7 +53,8 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
     if path.is_dir():
         raise InputError(field, "is a folder, not a file", where=str(path))
     try:
-        return path.read_text(encoding="utf-8", errors=errors)
+        # utf-8-sig: a leading byte-order mark (as spreadsheet programs save UTF-8) is not content
+        return path.read_text(encoding="utf-8-sig", errors=errors)
     except OSError as exc:
         raise InputError(field, f"cannot read file ({exc.strerror or exc})", where=str(path)) from None
     except UnicodeDecodeError:

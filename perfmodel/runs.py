@@ -98,7 +98,7 @@ def tflops_convention(df: pd.DataFrame) -> np.ndarray:
         "").str.strip().to_numpy()
 
 
-REQUIRED = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
+REQUIRED = ("run_id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
             "tp", "pp", "dp", "global_batch")
 
 
@@ -196,11 +196,12 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     with np.errstate(invalid="ignore"):
         for rule in RUN_RULES:
             mark(np.asarray(rule.broken(layout), dtype=bool), "invalid", f"{rule.field}: {rule.rule}")
-    mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
-    mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
     gpn_col = _num(df, "gpus_per_node")
-    mark(~np.isnan(gpn_col) & (n_gpus > gpn_col) & (np.mod(n_gpus, gpn_col) != 0), "invalid",
-         "gpus_per_node: must divide n_gpus when the run spans nodes")
+    with np.errstate(invalid="ignore", divide="ignore"):  # zero sizes are already marked invalid above
+        mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
+        mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
+        mark(~np.isnan(gpn_col) & (n_gpus > gpn_col) & (np.mod(n_gpus, gpn_col) != 0), "invalid",
+             "gpus_per_node: must divide n_gpus when the run spans nodes")
 
     precision = _text(df, "precision")
     precision = np.where(precision == "", np.where(np.char.startswith(gpu_name.astype(str), "v100"), "fp16", "bf16"),

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError, from_validation_error
+from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS
 from perfmodel.estimate import build_inputs, check_config
 from perfmodel.search.engine import METRICS, evaluate, template_inputs
 from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
@@ -51,8 +52,11 @@ VARIABLES: dict[str, str] = {
     "calibration": "calibrated profile (path; 'default' = the shipped one)",
 }
 NUMERIC = ("gpus", "scale_out_gbit_per_s", "seq_len", "global_batch")
+WHOLE = ("gpus", "seq_len", "global_batch")
+UPPER = {"gpus": MAX_GPUS, "seq_len": MAX_COUNT, "global_batch": MAX_COUNT, "scale_out_gbit_per_s": MAX_GBIT_PER_S}
 ZEROPP_ALL = "hpz,qgz,qwz"
 CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute")
+INT_CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
 
 
@@ -85,6 +89,10 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
             raise InputError(f"sweep.{name}", "needs at least one value")
         if name in NUMERIC and not all(0 < float(v) < float("inf") for v in values):
             raise InputError(f"sweep.{name}", f"values must be positive finite numbers (got {values})")
+        if name in UPPER and any(float(v) > UPPER[name] for v in values):
+            raise InputError(f"sweep.{name}", f"values must be at most {UPPER[name]:,} (got {values})")
+        if name in WHOLE and not all(float(v) == int(float(v)) for v in values):
+            raise InputError(f"sweep.{name}", f"values must be whole numbers (got {values})")
         out[name] = values
     return out
 
@@ -236,5 +244,7 @@ def whatif(
     columns = names + ["precision"] + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS) + ["status", "reason"]
     df = pd.DataFrame(rows).reindex(columns=columns)
     df["fits"] = df["fits"].fillna(False).astype(bool)
+    for col in INT_CONFIG_COLUMNS:  # whole numbers, blank (NA) where a point has no configuration
+        df[col] = df[col].astype("Int64")
     df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0)
     return df

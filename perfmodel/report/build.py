@@ -68,8 +68,9 @@ def _write_atomic(path: Path, content: bytes) -> None:
 def write_report(data: ReportData, out_dir: str | Path) -> ReportFiles:
     """Render every plot once, then write PNGs, CSVs and the HTML (which embeds the same PNGs)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    # every plot first: a plot that cannot be drawn leaves no folder behind
     images = {name: png_bytes(fig) for name, fig in figures(data).items()}
+    out.mkdir(parents=True, exist_ok=True)
     pngs = {}
     for name, png in images.items():
         pngs[name] = out / PNG_FILES[name]

@@ -8,26 +8,11 @@ import typer
 
 from perfmodel.cli_options import (
     BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, ModelOpt, NetworkOpt, PrecisionOpt,
-    ScaleOutOpt, SeqOpt,
+    ScaleOutOpt, SeqOpt, parse_gpu_counts,
 )
 
 #: the breakdown columns come with the top 50 candidates of a search (engine._attach_breakdowns)
 MAX_TOP = 50
-
-
-def parse_counts(text: str | None, field: str) -> list[int] | None:
-    """``"64,128,256"`` -> [64, 128, 256]."""
-    from perfmodel.errors import InputError
-
-    if text is None:
-        return None
-    try:
-        vals = [int(p) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        raise InputError(field, f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise InputError(field, f"must hold positive integers (got {text!r})")
-    return vals
 
 
 def report(
@@ -61,8 +46,9 @@ def report(
 
     from perfmodel.catalog import load_model
     from perfmodel.cli import build_cluster, build_job, fail
-    from perfmodel.errors import InputError
+    from perfmodel.errors import InputError, from_validation_error
     from perfmodel.report import collect, write_report
+    from perfmodel.specs import ClusterSpec
 
     try:
         if not 1 <= top <= MAX_TOP:
@@ -70,7 +56,13 @@ def report(
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
-        counts = parse_counts(scaling_gpus, "scaling_gpus")
+        counts = parse_gpu_counts(scaling_gpus, "scaling_gpus")
+        for n in counts or ():  # each count as a cluster of this kind (whole nodes beyond one)
+            try:
+                ClusterSpec.build(cluster.gpu, n, min(cluster.gpus_per_node, n), cluster.scale_out_gbit_per_s_per_node,
+                                  cluster.scale_out_latency_us, network=cluster.network)
+            except ValidationError as exc:
+                raise from_validation_error(exc, prefix="scaling_gpus") from None
         runs_df = None
         if runs is not None:
             from perfmodel.calibrate.parsers.runs_csv import read_runs_csv

@@ -32,7 +32,8 @@ def parse_vary(items: list[str]) -> dict[str, list]:
         try:
             out[name] = [CASTS[name](v.strip()) for v in values.split(",") if v.strip()]
         except ValueError:
-            raise InputError(f"vary.{name}", f"values must be numbers (got {values!r})") from None
+            kind = "whole numbers" if CASTS[name] is int else "numbers"
+            raise InputError(f"vary.{name}", f"values must be {kind} (got {values!r})") from None
     return out
 
 
@@ -71,6 +72,7 @@ def whatif_command(
     from perfmodel.catalog import load_model
     from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.errors import InputError, from_validation_error
+    from perfmodel.estimate import check_model_split
     from perfmodel.specs import ParallelSpec
     from perfmodel.whatif import whatif
 
@@ -86,6 +88,9 @@ def whatif_command(
                                    zero_stage=zero_stage, recompute=recompute)
             except ValidationError as exc:
                 raise from_validation_error(exc) from None
+            # the configuration against the model itself (tp divides the heads, pp the layers):
+            # bad input for every point, not an infeasible sweep
+            check_model_split(spec, tp, pp)
         df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=load_calibration(calibration))
     except (InputError, ValidationError) as exc:
         fail(exc)
@@ -105,8 +110,6 @@ def whatif_command(
         cols = list(sweep) + shown_precision + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
                               "tokens_per_s_per_gpu", "mfu", "memory_gib", "iteration_time_s", "status"]
         table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
-        for col in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"):
-            table[col] = table[col].astype("Int64")  # whole numbers even where a point has none
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
             typer.echo(table.to_string(index=False))
         # why a point is not costed (or how it was): one line per point with a reason

@@ -14,23 +14,9 @@ import typer
 
 from perfmodel.cli_options import (  # noqa: E402
     BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, JsonOpt, ModelOpt, NetworkOpt, PrecisionOpt,
-    ScaleOutOpt, SeqOpt,
+    ScaleOutOpt, SeqOpt, parse_gpu_counts,
 )
 from perfmodel.cli_options import OptionalGpusOpt as GpusOpt  # noqa: E402
-
-
-def _parse_range(text: str | None) -> list[int] | None:
-    from perfmodel.errors import InputError
-
-    if text is None or not text.strip():
-        return None
-    try:
-        vals = [int(p) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        raise InputError("gpus_range", f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise InputError("gpus_range", f"must hold positive integers (got {text!r})")
-    return vals
 
 
 def _table(df, cols: list[tuple[str, str, str]]) -> str:
@@ -94,7 +80,7 @@ def recommend(
 
     try:
         spec = load_model(model)
-        counts = _parse_range(gpus_range)
+        counts = parse_gpu_counts(gpus_range, "gpus_range")
         if gpus is None and counts is None:
             raise InputError("gpus", "is required (or give --gpus-range)")
         if top <= 0:

@@ -174,10 +174,10 @@ def _score(df_like: dict[str, np.ndarray], n_gpus: np.ndarray, job: JobSpec, obj
 def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
-    if train_tokens is not None and not train_tokens > 0:
-        raise InputError("train_tokens", f"must be positive (got {train_tokens})")
-    if usd_per_gpu_hour is not None and not usd_per_gpu_hour > 0:
-        raise InputError("usd_per_gpu_hour", f"must be positive (got {usd_per_gpu_hour})")
+    if train_tokens is not None and not 0 < train_tokens < float("inf"):
+        raise InputError("train_tokens", f"must be a positive finite number (got {train_tokens})")
+    if usd_per_gpu_hour is not None and not 0 < usd_per_gpu_hour < float("inf"):
+        raise InputError("usd_per_gpu_hour", f"must be a positive finite number (got {usd_per_gpu_hour})")
     if objective == "time-to-train" and train_tokens is None:
         raise InputError("train_tokens", "is required with objective time-to-train")
     if objective == "cost" and (train_tokens is None or usd_per_gpu_hour is None):

@@ -101,3 +101,66 @@ def test_calibrate_with_no_usable_run_exits_1_without_a_profile(tmp_path):
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: runs:") and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,field", [
+    # sizes past what the search arrays hold are refused wherever they are given
+    (["whatif", *BASE, "--vary", "seq_len=2048,99999999999"], "sweep.seq_len"),
+    (["whatif", *BASE, "--vary", "gpus=8,4294967296"], "sweep.gpus"),
+    (["whatif", *BASE, "--vary", "gpus=8,16.5"], "vary.gpus: values must be whole numbers"),
+    (["recommend", *BASE, "--gpus-range", "16,1099511627776"], "gpus_range"),
+    (["recommend", *BASE, "--objective", "cost", "--train-tokens", "inf", "--usd-per-gpu-hour", "2"], "train_tokens"),
+    # a fixed configuration the model cannot take is bad input (exit 2), not an infeasible sweep (exit 1)
+    (["whatif", *BASE, "--vary", "gpus=8,16", "--mode", "fixed", "--tp", "3"], "tp: must divide n_heads"),
+    # the option that was given is named, not an internal one
+    (["report", *BASE, "--out", "unused", "--scaling-gpus", "12,16"], "scaling_gpus"),
+])
+def test_out_of_range_and_misnamed_inputs(args, field, tmp_path):
+    res = subprocess.run([sys.executable, "-m", "perfmodel.cli", *args], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert_one_error(res, field)
+    assert not (tmp_path / "unused").exists()  # no partial report folder
+
+
+def test_runs_csv_header_edge_cases(tmp_path):
+    """A duplicated column is bad input; a UTF-8 byte-order mark (spreadsheet export) is not."""
+    text = RUNS.read_text()
+    header, body = text.split("\n", 1)
+    dup = tmp_path / "dup.csv"
+    dup.write_text(header + ",tp\n" + "\n".join(line + ",1" for line in body.splitlines()[:3] if line) + "\n")
+    assert_one_error(run("validate", str(dup), "--out", str(tmp_path / "p.csv")), "appear more than once")
+    assert not (tmp_path / "p.csv").exists()
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + ("\n".join(text.splitlines()[:4]) + "\n").encode())
+    res = run("validate", str(bom), "--out", str(tmp_path / "b.csv"))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    assert len(pd.read_csv(tmp_path / "b.csv")) == 3
+
+
+def test_validate_rows_edge_cases(tmp_path):
+    """Zero sizes and a blank run_id are invalid rows without numpy warnings on stderr; a file with no
+    costable row exits 1 with one error line."""
+    df = pd.read_csv(RUNS, dtype=str).head(4)
+    df.loc[0, "gpus_per_node"] = "0"
+    df.loc[1, "n_kv_heads"] = "0"
+    df.loc[2, "run_id"] = ""
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    res = run("validate", str(src), "--out", str(tmp_path / "p.csv"))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert list(pred["status"]) == ["invalid", "invalid", "invalid", "ok"]
+    assert "run_id: blank" in pred["reason"][2]
+    bad = tmp_path / "bad.csv"
+    df.assign(tp="3").to_csv(bad, index=False)
+    res = run("validate", str(bad), "--out", str(tmp_path / "q.csv"))
+    assert res.returncode == 1
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: no row of") and "Traceback" not in res.stderr
+
+
+def test_an_uncalibrated_network_is_named():
+    res = run("estimate", *BASE, "--network", "efaa")
+    assert res.returncode == 0 and res.stderr == ""
+    assert "note: network 'efaa' has no calibration entry" in res.stdout and "efa" in res.stdout.splitlines()[-1]
+    assert "note:" not in run("estimate", *BASE, "--network", "EFA").stdout
