@@ -26,6 +26,7 @@ import typer
 from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load_calibration
 from perfmodel.costs.comm import OPS, collective_time_s, op_factor
 from perfmodel.errors import InputError
+from perfmodel.limits import MAX_BYTES, MAX_GBIT_PER_S, MAX_GPUS
 from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nvlink_domain
 from perfmodel.units import GB_BYTES, US_S
 
@@ -85,18 +86,21 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
 def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, scale_out) -> None:
     if op not in OPS:
         raise InputError("op", f"must be one of {', '.join(OPS)} (got {op!r})")
-    if size_bytes < 0:
-        raise InputError("bytes", f"must be >= 0 (got {size_bytes})")
+    if not 0 <= size_bytes <= MAX_BYTES:
+        raise InputError("bytes", f"must be between 0 and {MAX_BYTES:,} (got {size_bytes})")
     if n_gpus < 2:
         raise InputError("gpus", f"a collective needs at least 2 GPUs (got {n_gpus})")
+    if n_gpus > MAX_GPUS:
+        raise InputError("gpus", f"must be at most {MAX_GPUS:,} (got {n_gpus:,})")
     if gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if n_gpus > gpus_per_node and n_gpus % gpus_per_node:
         raise InputError(
             "gpus", f"must be a multiple of gpus_per_node when it spans nodes (gpus={n_gpus}, gpus_per_node={gpus_per_node})"
         )
-    if scale_out is not None and not (0 < scale_out < float("inf")):
-        raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
+    if scale_out is not None and not (0 < scale_out <= MAX_GBIT_PER_S):
+        raise InputError("scale_out_gbit_per_s", f"must be a positive number of at most {MAX_GBIT_PER_S:,.0f} "
+                         f"(got {scale_out})")
 
 
 def comm_result(
@@ -127,7 +131,7 @@ def comm_result(
 
 def comm_command(
     op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")],
-    size_bytes: Annotated[int, typer.Option("--bytes", help="nccl-tests 'size' for the op, bytes.")],
+    bytes_: Annotated[int, typer.Option("--bytes", help="nccl-tests 'size' for the op, bytes.")],
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs in the group (all of the job).")],
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")],
     gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")],
@@ -140,6 +144,8 @@ def comm_command(
 ) -> None:
     """One collective as nccl-tests would measure it: time, algbw and busbw."""
     from perfmodel.cli import fail
+
+    size_bytes = bytes_
 
     try:
         cal = load_calibration(calibration)

@@ -43,7 +43,7 @@ def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[dict[str, float], pd.Da
     ``matmul_efficiency_max``, 8-bit and 4-bit rows (peak above the 16-bit one) give
     ``fp8_matmul_efficiency_max``, each against its own dense peak."""
     gpu = load_gpu(gpu_name)
-    peak = np.array([gpu.peak_flop_per_s(str(d).lower().replace("float16", "fp16")) for d in gemm["dtype"]])
+    peak = np.array([gpu.peak_flop_per_s(_gemm_dtype(d)) for d in gemm["dtype"]])
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
     t = gemm["time_s"].to_numpy(dtype=float)
     lowp = peak > gpu.peak_flop_per_s("bf16")
@@ -66,16 +66,65 @@ def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[dict[str, float], pd.Da
     return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
 
 
+MAX_ACHIEVED_OVER_PEAK = 1.5
+"""A GEMM row faster than this multiple of the GPU's dense peak for its dtype is not a real
+measurement (wrong unit, wrong dtype label, TF32 timed as fp32, or a broken timer)."""
+
+
+def _gemm_dtype(name) -> str:
+    from perfmodel.calibrate.parsers.gemm_csv import allowed_dtypes_text, canonical_dtype
+
+    canon = canonical_dtype(name)
+    if canon is None:
+        raise InputError("gemm.dtype", f"unknown GEMM dtype {str(name)!r}; allowed: {allowed_dtypes_text()}")
+    return canon
+
+
+def check_gemm_rows(gemm: pd.DataFrame, gpu_name: str) -> pd.DataFrame:
+    """Reject rows ``gpu_name`` cannot have produced: a dtype its profile has no dense peak for
+    (it would be costed at another precision's peak), or a time that implies more than
+    ``MAX_ACHIEVED_OVER_PEAK`` x that peak. Names the file and line when the parser recorded
+    them (``parse_gemm_csv`` does); returns ``gemm`` unchanged."""
+    gpu = load_gpu(gpu_name)
+    path, lines = gemm.attrs.get("path"), gemm.attrs.get("lines")
+    time_col = gemm.attrs.get("time_column", "time_s")
+
+    def where(i: int) -> str:
+        return f"{path}:{lines[i]}" if path and lines and i < len(lines) else f"gemm row {i + 1}"
+
+    peaks = gpu.peak_dense_tflop_per_s
+    for i, (d, m, n, k, t) in enumerate(zip(gemm["dtype"], gemm["m"], gemm["n"], gemm["k"], gemm["time_s"])):
+        dtype = _gemm_dtype(d)
+        if dtype not in peaks:
+            raise InputError("dtype", f"{gpu.name} has no {dtype} peak in its profile (it has "
+                             f"{', '.join(peaks)}), so these rows cannot be fitted", where(i))
+        achieved = 2.0 * float(m) * float(n) * float(k) / float(t)
+        peak = gpu.peak_flop_per_s(dtype)
+        if achieved > MAX_ACHIEVED_OVER_PEAK * peak:
+            raise InputError(time_col, f"implies {achieved / 1e12:,.4g} TFLOP/s, more than "
+                             f"{MAX_ACHIEVED_OVER_PEAK}x the {gpu.name} dense {dtype} peak "
+                             f"({peak / 1e12:,.0f} TFLOP/s): not a real timing (check the unit and "
+                             "the dtype)", where(i))
+    return gemm
+
+
 def _write_atomic(profile: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    """Write through a temporary file in the same folder, then rename: ``out`` is either the
+    whole profile or untouched. An OS failure is reported against ``out`` and the user's path,
+    never the temporary file."""
+    out = Path(out)
+    tmp: str | None = None
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             yaml.safe_dump(profile, fh, sort_keys=False)
         os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise InputError("out", f"cannot write {out} ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def run_calibration(
@@ -101,7 +150,7 @@ def run_calibration(
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
     parsed_logs = [(p, parse_training_log(p)) for p in map(Path, logs)]
-    parsed_gemm = [(p, parse_gemm_csv(p)) for p in map(Path, gemms)]
+    parsed_gemm = [(p, check_gemm_rows(parse_gemm_csv(p), spec.name)) for p in map(Path, gemms)]
     parsed_runs = [(p, read_runs_csv(p)) for p in map(Path, runs)]
 
     # start from the shipped default profile: a partial calibration (one nccl-tests file, say)
@@ -119,6 +168,12 @@ def run_calibration(
             scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
             network=network,
         )
+        unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
+        if unfitted:
+            what = f"no table in {', '.join(unfitted)} has message sizes >= 1 MiB, the sizes the fit uses"
+            if len(unfitted) == len(parsed_nccl) and not (parsed_traces or parsed_logs or parsed_gemm or parsed_runs):
+                raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
+            print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
         merged = cal.model_dump()
         for key in ("constants", "gpus", "networks"):
             for name, val in (fitted.get(key) or {}).items():

@@ -6,6 +6,7 @@ import pytest
 from perfmodel.calibrate.command import fit_gemm
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
+from perfmodel.errors import InputError
 
 
 def synthetic(gpu, dtype, eff, shapes):
@@ -25,3 +26,42 @@ def test_fit_gemm_separates_16_and_8_bit():
     assert errs.abs_err_pct.max() < 1.0
     only16, _ = fit_gemm(synthetic("a100-sxm4-80gb", "bf16", 0.8, shapes), "a100-sxm4-80gb")
     assert set(only16) == {"matmul_efficiency_max"}
+
+
+# ---- rows the GPU cannot have produced (robustness probe) ------------------------------------
+def _csv(tmp_path, rows: str):
+    path = tmp_path / "g.csv"
+    path.write_text("m,n,k,dtype,time_us\n8192,8192,8192,bf16,1500\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("row,field,rule", [
+    # 1e-7 us for a 4096^3 GEMM: 1e12 x the peak; the fit clamped the efficiency to 1.0
+    ("4096,4096,4096,bf16,0.0000001", "time_us", "more than 1.5x the h100-sxm5-80gb dense bf16 peak"),
+    ("4096,4096,4096,fp8,30", "time_us", "dense fp8 peak"),      # 4.6 PFLOP/s > 1.5 x 1979
+    ("4096,4096,4096,nvfp4,200", "dtype", "has no nvfp4 peak"),  # H100 has no FP4: was fp8's peak
+])
+def test_rows_faster_than_the_gpu_or_in_a_dtype_it_lacks(tmp_path, row, field, rule):
+    from perfmodel.calibrate.command import check_gemm_rows
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    g = parse_gemm_csv(_csv(tmp_path, row + "\n"))
+    with pytest.raises(InputError, match=rf"g\.csv:3: {field}: .*{rule}"):
+        check_gemm_rows(g, "h100-sxm5-80gb")
+
+
+def test_real_speeds_pass_the_peak_check(tmp_path):
+    from perfmodel.calibrate.command import check_gemm_rows
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    # 8192^3 in 1500 us = 733 TFLOP/s (74% of 989); fp8 at 1.2 PFLOP/s (61% of 1979)
+    g = parse_gemm_csv(_csv(tmp_path, "8192,8192,8192,fp8,916\n"))
+    assert check_gemm_rows(g, "h100-sxm5-80gb") is g
+    shapes = [(4096, 4096, 4096), (8192, 8192, 2048)]
+    assert check_gemm_rows(synthetic("h100-sxm5-80gb", "bf16", 0.99, shapes), "h100-sxm5-80gb") is not None
+
+
+def test_fit_gemm_rejects_an_unknown_dtype():
+    df = synthetic("h100-sxm5-80gb", "bf16", 0.7, [(4096, 4096, 4096)]).assign(dtype="int3")
+    with pytest.raises(InputError, match=r"gemm\.dtype: unknown GEMM dtype 'int3'"):
+        fit_gemm(df, "h100-sxm5-80gb")

@@ -117,3 +117,85 @@ def test_not_gzip(tmp_path):
     fake.write_text("{}")
     with pytest.raises(InputError, match=r"trace\.json\.gz:1"):
         parse_kineto_trace(fake)
+
+
+# ---- wrong-typed or impossible fields: one InputError naming file, line and event field ------
+_GEMM = {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "ts": 1, "dur": 10.0}
+_NCCL_ARGS = {"Collective name": "allreduce", "dtype": "Float", "Group size": 8,
+              "In msg nelems": 10, "Out msg nelems": 10}
+
+
+def _trace(tmp_path, events, **top) -> Path:
+    """A pretty-printed trace (one key per line), a good GEMM event first."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [_GEMM, *events], **top}, indent=1))
+    return path
+
+
+def _nccl(**args):
+    return {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ts": 2,
+            "dur": 10.0, "args": {**_NCCL_ARGS, **args}}
+
+
+@pytest.mark.parametrize("event,field", [
+    ({**_GEMM, "dur": "abc"}, "traceEvents[1].dur"),          # was ValueError float()
+    ({**_GEMM, "dur": None}, "traceEvents[1].dur"),           # was TypeError
+    ({**_GEMM, "dur": True}, "traceEvents[1].dur"),
+    ({**_GEMM, "dur": -1000}, "traceEvents[1].dur"),          # was summed as negative time
+    ({**_GEMM, "dur": float("nan")}, "traceEvents[1].dur"),   # json writes NaN; was accepted
+    ({**_GEMM, "dur": float("inf")}, "traceEvents[1].dur"),
+    ({k: v for k, v in _GEMM.items() if k != "dur"}, "traceEvents[1].dur"),
+    ({**_GEMM, "name": 5}, "traceEvents[1].name"),            # was TypeError in re
+    ({**_GEMM, "cat": ["kernel"]}, "traceEvents[1].cat"),     # was unhashable list
+    ({**_GEMM, "args": [1, 2]}, "traceEvents[1].args"),
+    ({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "dur": "x"},
+     "traceEvents[1].dur"),                                   # was ValueError float()
+    (_nccl(**{"Group size": "eight"}), "traceEvents[1].args.Group size"),
+    (_nccl(**{"Group size": -2}), "traceEvents[1].args.Group size"),
+    (_nccl(**{"In msg nelems": "many"}), "traceEvents[1].args.In msg nelems"),
+    (_nccl(**{"Out msg nelems": 1.5}), "traceEvents[1].args.Out msg nelems"),
+    (_nccl(dtype=7), "traceEvents[1].args.dtype"),
+    (_nccl(**{"Collective name": None}), "traceEvents[1].args.Collective name"),
+])
+def test_bad_event_field_names_file_line_and_field(tmp_path, event, field):
+    path = _trace(tmp_path, [event])
+    with pytest.raises(InputError) as exc:
+        parse_kineto_trace(path)
+    assert exc.value.field == field
+    # the line is where the bad event's "{" is: the second event of the pretty-printed list
+    starts = [n for n, text in enumerate(path.read_text().splitlines(), start=1) if text == "  {"]
+    assert exc.value.where == f"{path}:{starts[1]}"
+
+
+@pytest.mark.parametrize("top,field", [
+    ({"deviceProperties": {"name": "x"}}, "deviceProperties"),     # was KeyError 0
+    ({"deviceProperties": ["x"]}, "deviceProperties"),
+    ({"deviceProperties": [{"name": 5}]}, "deviceProperties[0].name"),
+    ({"distributedInfo": [1]}, "distributedInfo"),                 # was AttributeError
+    ({"distributedInfo": {"world_size": "8"}}, "distributedInfo.world_size"),
+    ({"distributedInfo": {"world_size": 0}}, "distributedInfo.world_size"),
+])
+def test_bad_top_level_metadata(tmp_path, top, field):
+    with pytest.raises(InputError, match=r"t\.json:1: ") as exc:
+        parse_kineto_trace(_trace(tmp_path, [], **top))
+    assert exc.value.field == field
+
+
+@pytest.mark.parametrize("events", [
+    [],                                                            # traceEvents: [] wrote a profile
+    [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 5.0}],
+    [{"ph": "M", "name": "process_name", "args": {"name": "x"}}],
+])
+def test_trace_without_gpu_or_step_events_is_rejected(tmp_path, events):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(InputError, match=r"t\.json:1: traceEvents: no GPU kernel"):
+        parse_kineto_trace(path)
+
+
+def test_valid_metadata_and_zero_duration_kernels_still_parse(tmp_path):
+    s = parse_kineto_trace(_trace(
+        tmp_path, [{**_GEMM, "dur": 0}, _nccl(), _nccl(**{"Group size": 0}), {"ph": "i", "dur": "n/a"}],
+        deviceProperties=[{"name": "NVIDIA H100"}], distributedInfo={"world_size": 8}))
+    assert s.kernel_count == {"gemm": 2, "attention": 0, "nccl": 2, "memory": 0, "other": 0}
+    assert len(s.nccl_collectives) == 1 and s.device_name == "NVIDIA H100" and s.world_size == 8

@@ -88,3 +88,40 @@ def test_columns_and_nan():
                 "samples_per_s", "framework"):
         assert col in df.columns
     assert np.isnan(df["tflop_per_s_per_gpu"]).all()
+
+
+# ---- impossible numbers: one InputError naming file, line and field (robustness probe) -------
+_MEGATRON = (" iteration       10/  100 | consumed samples: 10 | elapsed time per iteration (ms): {ms} |"
+             " throughput per GPU (TFLOP/s/GPU): 400.0 |")
+
+
+@pytest.mark.parametrize("line,field", [
+    # int64 overflow (was OverflowError): Megatron iteration and torchtitan step
+    (" iteration       99999999999999999999999/  100 | elapsed time per iteration (ms): 10 |", "iteration"),
+    ("step: 99999999999999999999999  loss: 1.0  tps: 1,234  tflops: 3.15  mfu: 0.32%", "iteration"),
+    (_MEGATRON.format(ms="9" * 400), "iteration_time_s"),      # overflows to inf: was accepted
+    (_MEGATRON.format(ms="0"), "iteration_time_s"),            # 0 ms: was accepted
+    (_MEGATRON.format(ms="0.0"), "iteration_time_s"),
+    ("step: 5  loss: 1.0  tps: " + "9" * 400 + "  tflops: 3.15", "tokens_per_s_per_gpu"),
+])
+def test_bad_numbers_name_file_line_and_field(tmp_path, line, field):
+    path = tmp_path / "train.log"
+    path.write_text(_MEGATRON.format(ms="812.5") + "\n" + line + "\n")
+    with pytest.raises(InputError, match=rf"train\.log:2: {field}: ") as exc:
+        parse_training_log(path)
+    assert exc.value.field == field
+
+
+@pytest.mark.parametrize("latency", ["0 s", "0.0 ms"])
+def test_deepspeed_profile_zero_latency_names_its_line(tmp_path, latency):
+    path = tmp_path / "ds.log"
+    path.write_text(f"Profile Summary at step 5\nsomething\n  iter latency: {latency}\n")
+    with pytest.raises(InputError, match=r"ds\.log:3: iteration_time_s: must be a finite time > 0"):
+        parse_training_log(path)
+
+
+def test_largest_int64_iteration_still_parses(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text(f" iteration {2**63 - 1}/ 100 | elapsed time per iteration (ms): 10 |\n")
+    df = parse_training_log(path)
+    assert df["iteration"].tolist() == [2**63 - 1] and df["iteration_time_s"].tolist() == [0.01]

@@ -217,3 +217,48 @@ def test_no_rows(tmp_path):
     empty.write_text("# nThread 1 nGpus 8\n#  size count type\n")
     with pytest.raises(InputError, match=r"empty\.log:1: .*no data rows"):
         parse_nccl_tests(empty)
+
+
+# ---- bad cells: one InputError naming file, line and column (robustness probe) --------------
+def _fixture_with_cell(tmp_path, column: int, value: str, line: int = 26) -> Path:
+    """nccl_error_header.txt with data line ``line`` (1-based) cell ``column`` (0-based) set to
+    ``value``; columns: size count type redop root time algbw busbw error time algbw busbw error."""
+    lines = (FIXTURES / "nccl_error_header.txt").read_text().splitlines()
+    cells = lines[line - 1].split()
+    cells[column] = value
+    lines[line - 1] = "  ".join(cells)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    return bad
+
+
+@pytest.mark.parametrize("column,value,field", [
+    (1, "N/A", "count"),                                  # was IntCastingNaNError
+    (4, "N/A", "root"),                                   # was IntCastingNaNError
+    (6, "N/A", "oop_algbw_gb_per_s"),                     # all-N/A algbw was an idxmax crash
+    (7, "N/A", "oop_busbw_gb_per_s"),
+    (5, "N/A", "oop_time_us"),
+    (5, "inf", "oop_time_us"),                            # was least_squares "not finite"
+    (5, "nan", "oop_time_us"),                            # row was dropped silently
+    (5, "0", "oop_time_us"),                              # all-zero times wrote an "n/a" profile
+    (5, "-5", "oop_time_us"),                             # row was dropped silently
+    (9, "0", "ip_time_us"),
+    (7, "-100", "oop_busbw_gb_per_s"),
+    (6, "inf", "oop_algbw_gb_per_s"),
+    (1, "2.5", "count"),
+    (4, "x", "root"),
+    (4, "-2", "root"),
+    (0, "99999999999999999999999", "size_bytes"),         # was cast to int64 garbage, exit 0
+])
+def test_bad_cell_names_file_line_and_column(tmp_path, column, value, field):
+    bad = _fixture_with_cell(tmp_path, column, value, line=27)
+    with pytest.raises(InputError, match=rf"bad\.txt:27: {field}: ") as exc:
+        parse_nccl_tests_all(bad)
+    assert exc.value.field == field
+
+
+@pytest.mark.parametrize("column", [8, 9, 10, 11, 12])
+def test_na_allowed_in_in_place_and_wrong_columns(tmp_path, column):
+    r = parse_nccl_tests(_fixture_with_cell(tmp_path, column, "N/A", line=27))
+    assert len(r.rows) == 5 and r.rows.iloc[1].isna().sum() == 1
+    assert r.rows["size_bytes"].dtype == np.int64 and r.rows["oop_time_us"].notna().all()

@@ -2,40 +2,93 @@
 
 Required columns: m, n, k (or M, N, K), dtype, and one of time_s / time_ms / time_us.
 A GEMM of shape (m, k) x (k, n) does 2·m·n·k FLOPs (one multiply and one add per MAC).
+``dtype`` is one of ``GEMM_DTYPES`` or a spelling in ``DTYPE_ALIASES`` (torch / numpy names);
+the returned column holds the canonical name. ``df.attrs`` keeps each row's file line
+(``lines``), the time column and the path, so later checks (the GPU's peak) can name the row.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
 from perfmodel.errors import InputError
 
 _TIME_UNITS_S = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6}
+MAX_DIM = 2**31
+"""Largest m, n or k accepted: 2^31 (a 2^31 x 2^31 bf16 operand would be 8 EiB)."""
+GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
+"""Precisions with a dense peak in the hardware profiles (``peak_dense_tflop_per_s`` keys)."""
+DTYPE_ALIASES = {
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+    "tensorfloat32": "tf32", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8",
+    "e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+}
+
+
+def canonical_dtype(name: object) -> str | None:
+    """``bf16`` for ``bf16`` / ``BFloat16`` / ``torch.bfloat16``; None for an unknown name."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    key = DTYPE_ALIASES.get(key, key)
+    return key if key in GEMM_DTYPES else None
+
+
+def allowed_dtypes_text() -> str:
+    return ", ".join(GEMM_DTYPES) + " (torch spellings such as bfloat16 or float16 also work)"
 
 
 def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
-    """Columns m, n, k (int), dtype, time_s, tflop_per_s, plus any others in the file."""
+    """Columns m, n, k (int), dtype (canonical), time_s, tflop_per_s, plus any others in the
+    file. Every row must hold positive whole m, n, k (<= ``MAX_DIM``), a known dtype and a
+    finite time > 0; a file without data rows is an error."""
     df, lines, header_line = read_csv_text(path)
     df = df.rename(columns={c: c.lower() for c in df.columns if c in ("M", "N", "K")})
-    time_col = next((c for c in _TIME_UNITS_S if c in df.columns), None)
+    time_cols = [c for c in _TIME_UNITS_S if c in df.columns]
+    if len(time_cols) > 1:
+        raise InputError("csv columns", f"more than one time column ({', '.join(time_cols)}); "
+                         "give exactly one of time_s, time_ms, time_us", f"{path}:{header_line}")
+    time_col = time_cols[0] if time_cols else None
     require_columns(df, ["m", "n", "k", "dtype"] + ([time_col] if time_col else []),
                     path, header_line)
     if time_col is None:
         raise InputError("csv columns", "missing a time column (one of time_s, time_ms, "
                          f"time_us); found {list(df.columns)}", f"{path}:{header_line}")
-    to_numeric(df, ["m", "n", "k"], lines, path, integer=True)
+    if df.empty:
+        raise InputError("csv", "no data rows (only a header): nothing to fit",
+                         f"{path}:{header_line}")
+    cells = {c: df[c].astype(str).str.strip() for c in ("m", "n", "k", time_col)}
+    to_numeric(df, ["m", "n", "k"], lines, path)
     to_numeric(df, [time_col], lines, path)
     for col in ("m", "n", "k", time_col):
         missing = df[col].isna()
         if missing.any():
             i = int(missing.to_numpy().nonzero()[0][0])
-            raise InputError(col, "blank cell", f"{path}:{lines[i]}")
+            got = cells[col].iloc[i]
+            raise InputError(col, f"not a finite number ({got!r})" if got else "blank cell",
+                             f"{path}:{lines[i]}")
+    for col in ("m", "n", "k"):
+        v = df[col].to_numpy(dtype=float)
+        bad = (v != np.round(v)) | (v < 1) | (v > MAX_DIM)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputError(col, f"must be a whole number from 1 to {MAX_DIM:,} (got "
+                             f"{cells[col].iloc[i]})", f"{path}:{lines[i]}")
+        df[col] = v.astype("int64")
+    dtypes = df["dtype"].map(canonical_dtype)
+    if dtypes.isna().any():
+        i = int(np.flatnonzero(dtypes.isna().to_numpy())[0])
+        got = str(df["dtype"].iloc[i]).strip()
+        what = f"unknown GEMM dtype {got!r}" if got else "blank cell"
+        raise InputError("dtype", f"{what}; allowed: {allowed_dtypes_text()}",
+                         f"{path}:{lines[i]}")
+    df["dtype"] = dtypes
     df["time_s"] = df[time_col] * _TIME_UNITS_S[time_col]
     if (df["time_s"] <= 0).any():
         i = int((df["time_s"] <= 0).to_numpy().nonzero()[0][0])
         raise InputError(time_col, "must be > 0", f"{path}:{lines[i]}")
     flop = 2.0 * df["m"].astype(float) * df["n"] * df["k"]
     df["tflop_per_s"] = flop / df["time_s"] / 1e12
+    df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col})
     return df

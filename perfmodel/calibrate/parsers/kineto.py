@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,13 +104,52 @@ def _load(path: Path) -> dict:
     return doc
 
 
-def _collective_row(args: dict, dur_s: float) -> dict | None:
-    coll = _COLLECTIVES.get(re.sub(r"[^a-z]", "", str(args.get("Collective name", "")).lower()))
-    typesize = _DTYPE_BYTES.get(str(args.get("dtype", "")).lower())
-    group = int(args.get("Group size") or 0)
+def _field(ev: dict, key: str, types: tuple[type, ...], what: str, i: int, default=None):
+    """``ev[key]`` when it has one of ``types`` (bool never counts as a number), ``default`` when
+    absent; otherwise InputError naming ``traceEvents[i].key`` (the caller adds file:line)."""
+    if key not in ev:
+        return default
+    value = ev[key]
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise InputError(f"traceEvents[{i}].{key}", f"must be {what} (got {value!r:.80})")
+    return value
+
+
+def _duration_s(ev: dict, i: int) -> float:
+    if "dur" not in ev:
+        raise InputError(f"traceEvents[{i}].dur", "missing: a complete ('ph': 'X') event needs a "
+                         "duration in us")
+    dur = _field(ev, "dur", (int, float), "a number of us", i)
+    if not 0.0 <= dur < math.inf:
+        raise InputError(f"traceEvents[{i}].dur", f"must be a finite duration >= 0 us (got {dur!r})")
+    return float(dur) * 1e-6
+
+
+def _whole_arg(args: dict, key: str, minimum: int, i: int) -> int:
+    """A whole-number arg (0 when absent); a float with a whole value is accepted."""
+    value = args.get(key, 0)
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and math.isfinite(value) and value == int(value) and value >= minimum)
+    if not ok:
+        raise InputError(f"traceEvents[{i}].args.{key}", f"must be a whole number >= {minimum} "
+                         f"(got {value!r:.80})")
+    return int(value)
+
+
+def _collective_row(args: dict, dur_s: float, i: int) -> dict | None:
+    """nccl-tests-style size and bandwidths from torch's collective metadata; None when the
+    metadata does not name a known collective, dtype and group (the kernel time still counts)."""
+    for key in ("Collective name", "dtype"):
+        if key in args and not isinstance(args[key], str):
+            raise InputError(f"traceEvents[{i}].args.{key}", f"must be a string (got "
+                             f"{args[key]!r:.80})")
+    coll = _COLLECTIVES.get(re.sub(r"[^a-z]", "", args.get("Collective name", "").lower()))
+    typesize = _DTYPE_BYTES.get(args.get("dtype", "").lower())
+    group = _whole_arg(args, "Group size", 0, i)
+    n_in = _whole_arg(args, "In msg nelems", 0, i)
+    n_out = _whole_arg(args, "Out msg nelems", 0, i)
     if coll is None or typesize is None or group < 1 or dur_s <= 0:
         return None
-    n_in, n_out = int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0))
     nelems = n_out if coll == "all_gather" else n_in if coll in (
         "reduce_scatter", "all_to_all") else max(n_in, n_out)
     size_bytes = nelems * typesize
@@ -119,41 +159,115 @@ def _collective_row(args: dict, dur_s: float) -> dict | None:
             "busbw_gb_per_s": algbw * busbw_factor(coll, group)}
 
 
+def _event_where(path: Path, index: int) -> str:
+    """``path:line`` of ``traceEvents[index]`` (the line its ``{`` is on), found by walking the
+    top-level object with the JSON decoder; just ``path`` if the walk fails. Only called on the
+    error path, so the second read costs nothing in the normal case."""
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as fh:
+            text = fh.read()
+        dec = json.JSONDecoder()
+        ws = re.compile(r"[ \t\n\r]*")
+
+        def skip(pos: int, char: str) -> int:
+            pos = ws.match(text, pos).end()
+            if text[pos] != char:
+                raise ValueError(f"expected {char!r} at {pos}")
+            return ws.match(text, pos + 1).end()
+
+        pos = skip(0, "{")
+        while True:
+            key, pos = dec.raw_decode(text, pos)
+            pos = skip(pos, ":")
+            if key == "traceEvents":
+                break
+            _, pos = dec.raw_decode(text, pos)
+            pos = skip(pos, ",")
+        pos = skip(pos, "[")
+        for _ in range(index):
+            _, pos = dec.raw_decode(text, pos)
+            pos = skip(pos, ",")
+        return f"{path}:{text.count(chr(10), 0, pos) + 1}"
+    except (OSError, ValueError, IndexError):
+        return str(path)
+
+
+def _device_name(doc: dict, path: Path) -> str | None:
+    props = doc.get("deviceProperties")
+    if props is None:
+        return None
+    if not isinstance(props, list) or not all(isinstance(p, dict) for p in props):
+        raise InputError("deviceProperties", f"must be a list of objects (got {props!r:.80})",
+                         f"{path}:1")
+    name = props[0].get("name") if props else None
+    if name is not None and not isinstance(name, str):
+        raise InputError("deviceProperties[0].name", f"must be a string (got {name!r:.80})",
+                         f"{path}:1")
+    return name
+
+
+def _world_size(doc: dict, path: Path) -> int | None:
+    dist = doc.get("distributedInfo")
+    if dist is None:
+        return None
+    if not isinstance(dist, dict):
+        raise InputError("distributedInfo", f"must be an object (got {dist!r:.80})", f"{path}:1")
+    world = dist.get("world_size")
+    if world is not None and (isinstance(world, bool) or not isinstance(world, int) or world < 1):
+        raise InputError("distributedInfo.world_size", f"must be a whole number >= 1 (got "
+                         f"{world!r:.80})", f"{path}:1")
+    return world
+
+
 def parse_kineto_trace(path: str | Path) -> KinetoSummary:
-    """Summarise a Chrome-trace JSON (or ``.json.gz``) written by ``torch.profiler``."""
+    """Summarise a Chrome-trace JSON (or ``.json.gz``) written by ``torch.profiler``.
+
+    Every complete (``"ph": "X"``) event is checked: ``cat`` and ``name`` strings, ``dur`` a
+    finite number >= 0, ``args`` an object, and an NCCL kernel's collective metadata (group
+    size, element counts) whole numbers; a wrong-typed field raises InputError naming the file,
+    the event's line and ``traceEvents[i].field``. A trace without any GPU kernel,
+    memcpy/memset or ``ProfilerStep#N`` event has nothing to summarise and is an error too."""
     path = Path(path)
     doc = _load(path)
+    device_name, world_size = _device_name(doc, path), _world_size(doc, path)
     time_s = dict.fromkeys(CATEGORIES, 0.0)
     count = dict.fromkeys(CATEGORIES, 0)
     nccl_time_s: dict[str, float] = {}
     steps: dict[int, float] = {}
     colls: list[dict] = []
-    for ev in doc["traceEvents"]:
+    for i, ev in enumerate(doc["traceEvents"]):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        cat, name = ev.get("cat", ""), ev.get("name", "")
-        dur_s = float(ev.get("dur", 0.0)) * 1e-6
-        if cat in ("user_annotation", "cpu_op"):
-            m = _STEP_RE.match(name)
-            if m:
-                steps[int(m.group(1))] = dur_s
-            continue
-        if cat != "kernel" and cat not in _MEMORY_CATS:
-            continue
-        category, coll = classify_kernel(name, cat)
+        try:
+            cat = _field(ev, "cat", (str,), "a string", i, default="")
+            name = _field(ev, "name", (str,), "a string", i, default="")
+            dur_s = _duration_s(ev, i)
+            args = _field(ev, "args", (dict,), "an object", i, default=None) or {}
+            if cat in ("user_annotation", "cpu_op"):
+                m = _STEP_RE.match(name)
+                if m:
+                    steps[int(m.group(1))] = dur_s
+                continue
+            if cat != "kernel" and cat not in _MEMORY_CATS:
+                continue
+            category, coll = classify_kernel(name, cat)
+            row = (_collective_row(args, dur_s, i)
+                   if category == "nccl" and "Collective name" in args else None)
+        except InputError as exc:
+            raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
         time_s[category] += dur_s
         count[category] += 1
         if category == "nccl":
-            args = ev.get("args") or {}
-            row = _collective_row(args, dur_s) if "Collective name" in args else None
             key = row["collective"] if row else coll or "unknown"
             nccl_time_s[key] = nccl_time_s.get(key, 0.0) + dur_s
             if row:
                 colls.append(row)
-    props = doc.get("deviceProperties") or []
-    dist = doc.get("distributedInfo") or {}
+    if not sum(count.values()) and not steps:
+        raise InputError("traceEvents", f"no GPU kernel, memcpy/memset or ProfilerStep#N event among "
+                         f"{len(doc['traceEvents'])} events: nothing to summarise (record with "
+                         "ProfilerActivity.CUDA and a schedule)", f"{path}:1")
     return KinetoSummary(
         kernel_time_s=time_s, kernel_count=count, nccl_time_s=nccl_time_s, step_time_s=steps,
-        device_name=props[0].get("name") if props and isinstance(props[0], dict) else None,
-        world_size=dist.get("world_size"),
+        device_name=device_name, world_size=world_size,
         nccl_collectives=pd.DataFrame(colls, columns=NCCL_COLUMNS))

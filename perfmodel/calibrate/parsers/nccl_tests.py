@@ -6,6 +6,7 @@ both the current ``#wrong`` layout and the older ``error`` / no-``root`` layouts
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ ROW_COLUMNS = ["size_bytes", "count", "dtype", "redop", "root",
                "oop_time_us", "oop_algbw_gb_per_s", "oop_busbw_gb_per_s", "oop_wrong",
                "ip_time_us", "ip_algbw_gb_per_s", "ip_busbw_gb_per_s", "ip_wrong"]
 _TEXT_COLUMNS = {"dtype", "redop"}
+# whole-number columns and their allowed range: sizes up to 1 PiB, root -1 (none) or a rank
+_INT_RANGE = {"size_bytes": (0, 2**50), "count": (0, 2**50), "root": (-1, 2**31 - 1)}
 
 # Binary / file-name spellings of each collective (``all_reduce_perf``, ``alltoall_output``).
 _OP_ALIASES: dict[str, Collective] = {
@@ -112,16 +115,35 @@ def _header_columns(tokens: list[str]) -> list[str] | None:
     return out
 
 
-def _cell(token: str, column: str, where: str) -> float | str:
+def _cell(token: str, column: str, where: str) -> float | int | str:
+    """One cell, checked: whole numbers in range for size/count/root, a finite time > 0 µs, a
+    finite bandwidth >= 0 GB/s; ``N/A`` (-> NaN) only where nccl-tests prints it (the in-place
+    and ``#wrong`` columns)."""
     if column in _TEXT_COLUMNS:
         return token
     if token.upper() == "N/A":
-        return np.nan
+        if column.startswith("ip_") or column.endswith("_wrong"):
+            return np.nan
+        raise InputError(column, "is N/A; nccl-tests prints a number here (only the in-place and "
+                         "#wrong columns may be N/A)", where)
+    if column in _INT_RANGE:
+        lo, hi = _INT_RANGE[column]
+        if re.fullmatch(r"-?\d+", token) is None:
+            raise InputError(column, f"must be a whole number (got {token!r})", where)
+        value = int(token)
+        if not lo <= value <= hi:
+            raise InputError(column, f"must be between {lo} and {hi:,} (got {token})", where)
+        return value
     try:
-        return float(token)
+        value = float(token)
     except ValueError:
         raise InputError("nccl-tests row", f"column {column} is not numeric: {token!r}",
                          where) from None
+    if column.endswith("_time_us") and not 0.0 < value < math.inf:
+        raise InputError(column, f"must be a finite time > 0 us (got {token!r})", where)
+    if column.endswith("_gb_per_s") and not 0.0 <= value < math.inf:
+        raise InputError(column, f"must be a finite bandwidth >= 0 GB/s (got {token!r})", where)
+    return value
 
 
 def _op_from_text(text: str, pattern: re.Pattern = _OP_TEXT_RE) -> Collective | None:

@@ -38,6 +38,9 @@ _ITER_LATENCY = re.compile(r"^\s*iter latency:\s*" + _NUM + r"\s*(s|ms|us)\b")
 _PROFILE_TFLOP = re.compile(r"^\s*fwd\+bwd FLOPS per GPU.*:\s*" + _NUM + r"\s*TFLOPS")
 _PROFILE_SAMPLES = re.compile(r"^\s*samples/second:\s*" + _NUM)
 _UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+MAX_ITERATION = 2**63 - 1
+"""Largest iteration / step number accepted (it is stored as int64)."""
+_RATE_FIELDS = ("tokens_per_s_per_gpu", "tflop_per_s_per_gpu", "samples_per_s", "mfu")
 
 
 def _f(m: re.Match | None, group: int = 1) -> float:
@@ -76,6 +79,24 @@ def _parse_line(text: str, lineno: int) -> dict | None:
     return None
 
 
+def _check_row(row: dict, where: str) -> None:
+    """A logged iteration must have an iteration number that fits int64, a finite time > 0
+    and finite rates: an overflowing number or a 0 ms step is a broken line, not a measurement."""
+    if not 0 <= row["iteration"] <= MAX_ITERATION:
+        raise InputError("iteration", f"must be a whole number from 0 to {MAX_ITERATION:,} "
+                         f"(got {row['iteration']})", where)
+    _check_time(row["iteration_time_s"], where)
+    for field in _RATE_FIELDS:
+        value = row[field]
+        if not np.isnan(value) and not np.isfinite(value):
+            raise InputError(field, f"must be a finite number (got {value})", where)
+
+
+def _check_time(time_s: float, where: str) -> None:
+    if not np.isnan(time_s) and not 0.0 < time_s < np.inf:
+        raise InputError("iteration_time_s", f"must be a finite time > 0 (got {time_s:g} s)", where)
+
+
 def parse_training_log(path: str | Path) -> pd.DataFrame:
     """One row per iteration line, columns ``COLUMNS``; NaN where a line lacks a field.
 
@@ -89,6 +110,7 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)
+            _check_row(profile, f"{path}:{lineno}")
             rows.append(profile)
             continue
         if profile is not None and lineno - profile["line"] > 60:
@@ -97,14 +119,18 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
             lat = _ITER_LATENCY.search(text)
             if lat:
                 profile["iteration_time_s"] = _f(lat) * _UNIT_S[lat.group(2)]
+                _check_time(profile["iteration_time_s"], f"{path}:{lineno}")
             elif _PROFILE_TFLOP.search(text):
                 profile["tflop_per_s_per_gpu"] = _f(_PROFILE_TFLOP.search(text))
+                _check_row(profile, f"{path}:{lineno}")
             elif _PROFILE_SAMPLES.search(text):
                 profile["samples_per_s"] = _f(_PROFILE_SAMPLES.search(text))
+                _check_row(profile, f"{path}:{lineno}")
                 profile = None  # the last summary field
             continue
         row = _parse_line(text, lineno)
         if row is not None:
+            _check_row(row, f"{path}:{lineno}")
             rows.append(row)
     if not rows:
         raise InputError("training log", "no iteration lines found (expected "
