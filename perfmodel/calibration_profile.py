@@ -7,17 +7,18 @@ are the fitted values. Every value overrides a default of ``CostConstants`` /
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from perfmodel.constants import CostConstants
+from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
 from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
-from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
@@ -34,13 +35,24 @@ GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_
                    "scale_out_latency_us", "attention_efficiency_max"}
 
 
+def _not_a_boolean(value):
+    # pydantic's lax mode reads true/false as 1.0/0.0: `nic_efficiency: true` is not a number
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+#: a fitted value (frameworks keep lax floats: their on/off switches are written as true/false)
+Number = Annotated[float, BeforeValidator(_not_a_boolean)]
+
+
 class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    constants: dict[str, float] = Field(default_factory=dict, description="Overrides of CostConstants.")
+    constants: dict[str, Number] = Field(default_factory=dict, description="Overrides of CostConstants.")
     frameworks: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-framework overrides.")
-    gpus: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-GPU overrides.")
-    networks: dict[str, dict[str, float]] = Field(
+    gpus: dict[str, dict[str, Number]] = Field(default_factory=dict, description="Per-GPU overrides.")
+    networks: dict[str, dict[str, Number]] = Field(
         default_factory=dict,
         description="Per scale-out fabric (lower-case name): congestion_nodes, the node count at which "
         "the fabric delivers half its per-NIC bandwidth to a job-wide collective; collective shape values; "
@@ -90,31 +102,51 @@ EMPTY = Calibration()
 
 NETWORK_KEYS = set(NETWORK_CONSTANT_KEYS) | set(NETWORK_GPU_KEYS) | set(NETWORK_SHAPE_DEFAULTS) | {"congestion_nodes"}
 
+#: the physical range of a fabric's values other than the efficiencies (which CostConstants bounds):
+#: (lowest, highest, whether the lowest itself is allowed); latencies as the GPU profile bounds them.
+#: All finite but congestion_nodes (.inf: non-blocking, as fit_collectives writes for an uncongested fabric).
+NETWORK_RANGES = {
+    "congestion_nodes": (MIN_CONGESTION_NODES, math.inf, True),
+    "latency_log2_coeff": (0.0, 1e3, True),
+    "ring_step_latency_us": (0.0, 1e6, True),
+    "intra_node_latency_us": (0.0, MAX_LATENCY_US, False),
+    "scale_out_latency_us": (0.0, MAX_LATENCY_US, False),
+}
+
 
 def _check_network(net: str, over: dict, constants: dict, where: str) -> None:
     """A fabric's entry: known keys (optionally ``op.key`` for the ops with their own values), finite
-    numbers, and efficiencies within the shared constants' own bounds."""
-    import math
-
+    numbers (congestion_nodes may be .inf), each within its physical range: efficiencies within the shared
+    constants' own bounds, latencies within the GPU profile's."""
     for key, value in over.items():
+        field = f"calibration.networks.{net}.{key}"
         op, _, base = key.rpartition(".")
         if base not in NETWORK_KEYS or (op and op not in NETWORK_OP_SPECIFIC):
-            raise InputError(f"calibration.networks.{net}.{key}",
-                             f"unknown key (known: {', '.join(sorted(NETWORK_KEYS))}, optionally prefixed by "
+            raise InputError(field, f"unknown key (known: {', '.join(sorted(NETWORK_KEYS))}, optionally prefixed by "
                              f"one of {', '.join(NETWORK_OP_SPECIFIC)} and a dot)", where=where)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-            raise InputError(f"calibration.networks.{net}.{key}", f"must be a number (got {value!r})", where=where)
+            raise InputError(field, f"must be a number (got {value!r})", where=where)
+        if math.isinf(value) and base != "congestion_nodes":
+            raise InputError(field, f"must be finite (got {value!r})", where=where)
+        prefix = f"calibration.networks.{net}" + (f".{op}" if op else "")
         if base in NETWORK_CONSTANT_KEYS:
             try:
                 CostConstants(**{**constants, base: value})
             except ValidationError as exc:
-                raise from_validation_error(exc, f"calibration.networks.{net}", where=where) from None
+                raise from_validation_error(exc, prefix, where=where) from None
+        elif base == "ring_inter_node":
+            if value not in (0, 1):
+                raise InputError(field, f"must be 0 (hierarchical) or 1 (flat ring) (got {value!r})", where=where)
+        else:
+            lo, hi, lo_allowed = NETWORK_RANGES[base]
+            if not (lo <= value if lo_allowed else lo < value) or value > hi:
+                low = f">= {lo:g}" if lo_allowed else f"> {lo:g}"
+                high = " (or .inf: non-blocking)" if math.isinf(hi) else f" and <= {hi:g}"
+                raise InputError(field, f"must be {low}{high} (got {value!r})", where=where)
 
 
 def _check_gpu_override(name: str, over: dict, where: str) -> None:
     """A GPU override must satisfy the GPU profile's own field rules (e.g. 0 < efficiency <= 1)."""
-    import math
-
     from perfmodel.catalog import gpu_names, load_gpu
 
     for key, value in over.items():
@@ -154,7 +186,10 @@ def _load(path_str: str) -> Calibration:
         raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
     try:
         cal = Calibration(**data)
-        cal.cost_constants()
+        try:
+            cal.cost_constants()
+        except ValidationError as exc:  # named under constants:, where the file holds it
+            raise from_validation_error(exc, "calibration.constants", where=str(path)) from None
         for name, over in cal.frameworks.items():
             if "tp_internode_efficiency" in over:  # a profile written before it became a shared constant
                 raise InputError(f"calibration.frameworks.{name}.tp_internode_efficiency",

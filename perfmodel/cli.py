@@ -288,7 +288,10 @@ def main() -> None:
         code = app(standalone_mode=False)
     except usage_error as exc:  # bad option value, missing option, unknown option
         param = getattr(exc, "param", None)
-        field = f"{param.name}: " if param is not None and param.name else ""
+        # the option as the user types it (--global-batch -> global_batch), not the Python parameter
+        opts = [o for o in (getattr(param, "opts", None) or []) if o.startswith("--")]
+        name = opts[0][2:].replace("-", "_") if opts else (param.name if param is not None else "")
+        field = f"{name}: " if name else ""
         message = " ".join(exc.format_message().split())
         if not message:  # no arguments at all: the help was printed
             sys.exit(0)

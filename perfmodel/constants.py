@@ -7,66 +7,76 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: the fewest nodes at which a fabric may halve its bandwidth (the lower bound of the congestion fits,
+#: ``perfmodel.calibrate.fit_collectives``); below it a value is a typo, not a fabric
+MIN_CONGESTION_NODES = 0.1
+
 
 class CostConstants(BaseModel):
+    """Every value finite and within a physical range (congestion_nodes alone may be .inf: non-blocking);
+    efficiencies have a floor so that a typo cannot turn a step into centuries."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     matmul_training_efficiency: float = Field(
-        0.85, gt=0, le=1.2,
+        0.85, ge=0.05, le=1.2, allow_inf_nan=False,
         description="Achieved / best-shape (MAMF) matmul rate on training GEMMs: data- and weight-gradient "
         "GEMMs, odd shapes and clock throttling under sustained load.",
     )
     attn_efficiency_max: float = Field(
-        0.55, gt=0, le=1,
+        0.55, ge=0.01, le=1, allow_inf_nan=False,
         description="Flash-attention fwd fraction of dense peak at long sequences "
         "(FA2 on A100 ~ 190-230 of 312 TFLOP/s; FA3 on H100 ~ 600 of 989; kernels.csv).",
     )
     attn_seq_half: float = Field(
-        512.0, gt=0, description="Key length (tokens) at which flash attention reaches half its best rate."
+        512.0, gt=0, le=1e8, allow_inf_nan=False, description="Key length (tokens) at which flash attention reaches half its best rate."
     )
-    attn_bwd_over_fwd: float = Field(2.5, gt=0, description="Flash-attention backward / forward time (5 vs 2 matmuls).")
+    attn_bwd_over_fwd: float = Field(
+        2.5, ge=0.1, le=100, allow_inf_nan=False, description="Flash-attention backward / forward time (5 vs 2 matmuls).")
     nonflash_attn_efficiency: float = Field(
-        0.45, gt=0, le=1, description="Batched-GEMM attention (QK^T, AV) fraction of peak, unfused softmax aside."
+        0.45, ge=0.01, le=1, allow_inf_nan=False, description="Batched-GEMM attention (QK^T, AV) fraction of peak, unfused softmax aside."
     )
     elementwise_bytes_per_h: float = Field(
-        16.0, gt=0, description="Passes over an s*b*h activation per layer forward (norms, residuals, dropout, rope)."
+        16.0, gt=0, le=1e4, allow_inf_nan=False, description="Passes over an s*b*h activation per layer forward (norms, residuals, dropout, rope)."
     )
     nvlink_efficiency: float = Field(
-        0.80, gt=0, le=1.2, description="Achieved NVLink busbw / link rate (H100 ring ~370 of 450 GB/s, nccl-tests#212)."
+        0.80, ge=0.01, le=1.2, allow_inf_nan=False, description="Achieved NVLink busbw / link rate (H100 ring ~370 of 450 GB/s, nccl-tests#212)."
     )
     congestion_nodes: float = Field(
-        float("inf"), gt=0,
+        float("inf"), ge=MIN_CONGESTION_NODES,
         description="Scale-out fabric for which no calibration is known: node count at which a collective "
         "spanning that many nodes gets half the per-NIC bandwidth. Unknown fabrics are taken as "
         "non-blocking (inf); measured ones get theirs from collective benchmarks (HF EFA cluster: ~11).",
     )
-    nic_efficiency: float = Field(0.90, gt=0, le=1, description="Achieved inter-node busbw / NIC line rate.")
-    hbm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved / datasheet HBM bandwidth for streaming kernels.")
+    nic_efficiency: float = Field(
+        0.90, ge=1e-3, le=1, allow_inf_nan=False, description="Achieved inter-node busbw / NIC line rate.")
+    hbm_efficiency: float = Field(
+        0.80, ge=0.01, le=1, allow_inf_nan=False, description="Achieved / datasheet HBM bandwidth for streaming kernels.")
     optimizer_bytes_per_param: float = Field(
-        36.0, gt=0, description="HBM traffic of one Adam step per parameter (read p,g,m,v fp32; write p,m,v; bf16 copy)."
+        36.0, gt=0, le=1e4, allow_inf_nan=False, description="HBM traffic of one Adam step per parameter (read p,g,m,v fp32; write p,m,v; bf16 copy)."
     )
     fp8_matmul_efficiency_ratio: float = Field(
-        0.88, gt=0, le=1.2,
+        0.88, ge=0.01, le=1.2, allow_inf_nan=False,
         description="(fp8 MAMF / fp8 peak) / (bf16 MAMF / bf16 peak) for a GPU whose profile has no measured "
         "fp8_matmul_efficiency_max: H100 70.9% / 80.3% (kernels.csv); Blackwell measures ~0.95-0.99.",
     )
     fp4_matmul_efficiency_ratio: float = Field(
-        0.88, gt=0, le=1.2,
+        0.88, ge=0.01, le=1.2, allow_inf_nan=False,
         description="Like fp8_matmul_efficiency_ratio, for 4-bit (nvfp4) GEMMs against their 4-bit peak "
         "(recipes keep some GEMMs and the quantization in higher precision).",
     )
     host_link_efficiency: float = Field(
-        0.8, gt=0, le=1, description="Achieved / nominal GPU-host bandwidth for pinned async copies (PCIe ~80%)."
+        0.8, ge=0.01, le=1, allow_inf_nan=False, description="Achieved / nominal GPU-host bandwidth for pinned async copies (PCIe ~80%)."
     )
     tp_internode_efficiency: float = Field(
-        1.0, gt=0, le=1,
+        1.0, ge=1e-4, le=1, allow_inf_nan=False,
         description="Achieved / available NIC bandwidth of tensor-parallel collectives that cross nodes: many "
         "mid-size messages on the critical path, each a full ring over the node boundary; the runs fit sets it "
         "from the runs whose TP group spans nodes (whatever their stack) on fabrics without a value of their "
         "own (networks.<fabric>.tp_internode_efficiency).",
     )
     host_memory_gib_per_gpu: float = Field(
-        128.0, gt=0,
+        128.0, gt=0, le=1e7, allow_inf_nan=False,
         description="Host memory a GPU may fill with offloaded activations (Kuaishou's nodes: >= 1 TB for 8 GPUs).",
     )
 

@@ -9,38 +9,47 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+#: the longest fixed overhead (per layer, micro-batch, send/recv or step) a profile may state: an hour
+MAX_OVERHEAD_S = 3600.0
+
 
 class FrameworkProfile(BaseModel):
+    """Every number finite and within its physical range (zero3_max_live_params alone may be .inf:
+    no limit), so a calibrated override cannot make a step infinite or negative."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     flash_attention: bool = Field(True, description="Fused flash attention (Dao et al. 2022) is used.")
-    kernel_efficiency: float = Field(1.0, gt=0, le=1.5, description="Multiplier on kernel rates (fusion quality).")
-    tp_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of TP comm hidden behind GEMMs (TE userbuffers).")
-    dp_overlap: float = Field(0.8, ge=0, le=1, description="Fraction of the gradient reduce hidden behind backward.")
-    param_gather_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of the ZeRO param all-gather hidden behind forward.")
-    pp_overlap: float = Field(0.0, ge=0, le=1, description="Fraction of pipeline send/recv hidden.")
+    kernel_efficiency: float = Field(
+        1.0, ge=0.05, le=1.5, allow_inf_nan=False, description="Multiplier on kernel rates (fusion quality).")
+    tp_overlap: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of TP comm hidden behind GEMMs (TE userbuffers).")
+    dp_overlap: float = Field(0.8, ge=0, le=1, allow_inf_nan=False, description="Fraction of the gradient reduce hidden behind backward.")
+    param_gather_overlap: float = Field(
+        0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of the ZeRO param all-gather hidden behind forward.")
+    pp_overlap: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of pipeline send/recv hidden.")
     layer_overhead_s: float = Field(
-        0.0, ge=0, description="Time per layer and micro-batch (fwd+bwd) beyond the modelled kernels: "
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Time per layer and micro-batch (fwd+bwd) beyond the modelled kernels: "
         "unfused small ops and launch gaps."
     )
     microbatch_overhead_s: float = Field(
-        0.0, ge=0, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
     )
     p2p_overhead_s: float = Field(
-        0.0, ge=0, description="Fixed time per inter-node pipeline send/recv (handshake, metadata exchange, "
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per inter-node pipeline send/recv (handshake, metadata exchange, "
         "stream sync) on an idle fabric; it grows with the fabric's congestion like its bandwidth shrinks."
     )
-    step_overhead_s: float = Field(0.05, ge=0, description="Fixed time per iteration (data, logging, sync).")
+    step_overhead_s: float = Field(
+        0.05, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per iteration (data, logging, sync).")
     zero3_overlap: float = Field(
-        0.8, ge=0, le=1, description="ZeRO-3: fraction of a phase's (forward or backward) compute that hides "
+        0.8, ge=0, le=1, allow_inf_nan=False, description="ZeRO-3: fraction of a phase's (forward or backward) compute that hides "
         "its parameter gathers and gradient reduction (prefetch + overlap_comm)."
     )
     zero3_max_live_params: float = Field(
-        float("inf"), gt=0, description="ZeRO-3: most gathered parameters resident at once (DeepSpeed "
+        float("inf"), ge=1, description="ZeRO-3: most gathered parameters resident at once (DeepSpeed "
         "stage3_max_live_parameters, default 1e9); inf = two whole layers (FSDP block prefetch)."
     )
     zero3_step_latency_s: float = Field(
-        0.0, ge=0, description="ZeRO-3: latency per ring step of each per-parameter gather/reduce "
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="ZeRO-3: latency per ring step of each per-parameter gather/reduce "
         "(n-1 steps over n ranks): launch, hook and NCCL step cost of fetching one weight."
     )
     zero1_all_reduce_grads: bool = Field(
@@ -70,8 +79,10 @@ class FrameworkProfile(BaseModel):
         False, description="In fp8/fp4 runs the linear layers keep the 1-byte quantized copy of their input "
         "for backward (Transformer Engine), not the 16-bit one (torchao Float8Linear keeps the 16-bit input)."
     )
-    grad_bytes_per_param: float = Field(4.0, gt=0, description="Gradient buffer precision (fp32 main grads = 4).")
-    runtime_reserved_gib: float = Field(3.0, ge=0, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
+    grad_bytes_per_param: float = Field(
+        4.0, gt=0, le=16, allow_inf_nan=False, description="Gradient buffer precision (fp32 main grads = 4).")
+    runtime_reserved_gib: float = Field(
+        3.0, ge=0, le=1e4, allow_inf_nan=False, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     source: str = ""
 
 

@@ -255,11 +255,16 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     hw_rows: list[dict] = []
     fw_rows: list[dict] = []
     no_profile: set[str] = set()
+    broken_profile: dict[str, str] = {}
     no_tensor_cores: set[tuple[str, str]] = set()
     for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
             spec = load_gpu(gpu_i)
-        except InputError:
+        except InputError as exc:
+            # a name the catalog lacks is a GPU the model has no profile for; a profile file that
+            # is there but broken makes the row invalid, with the file's own error
+            if "unknown GPU" not in exc.rule:
+                broken_profile[gpu_i] = str(exc)
             no_profile.add(gpu_i)
             spec = load_gpu("h100-sxm5-80gb")
         if gpu_i not in no_profile and not spec.supports_precision(prec_i):
@@ -283,7 +288,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         profile = cal.framework(fw_i)
         fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, gpu_i) and profile.flash_attention))
     for g in sorted(no_profile):
-        mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
+        if g in broken_profile:
+            mark(gpu_name == g, "invalid", broken_profile[g])
+        else:
+            mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
     for g, prec in sorted(no_tensor_cores):
         mark((gpu_name == g) & (precision == prec), "invalid", f"precision: {g} has no {prec} tensor cores")
     inputs: dict[str, np.ndarray] = {}

@@ -55,51 +55,79 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     is an error naming the field."""
     def pick(*keys, default=None):
         for k in keys:
-            if cfg.get(k) is not None:
+            if cfg.get(k) is not None:  # JSON null is "not given"
                 return cfg[k]
         return default
 
-    def need(field, *keys):
+    def found(*keys):
+        return next((k for k in keys if cfg.get(k) is not None), keys[0])
+
+    def integer(field, *keys, default=None, minimum=1):
+        """The first of ``keys`` given, as a JSON integer >= minimum (not a string, a fraction or a boolean);
+        ``default`` only when none of them is given (absent or null)."""
         value = pick(*keys)
         if value is None:
-            raise InputError(f"model.{field}", f"config.json must give one of {', '.join(keys)}", where=where)
+            return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"model.{field}", f"must be a JSON integer (got {value!r})", where=where)
+            raise InputError(f"model.{field}", f"must be an integer (got {found(*keys)}={value!r})", where=where)
+        if value < minimum:
+            rule = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise InputError(f"model.{field}", f"must be {rule} (got {found(*keys)}={value!r})", where=where)
         return value
+
+    def need(field, *keys):
+        value = integer(field, *keys)
+        if value is None:
+            raise InputError(f"model.{field}", f"config.json must give one of {', '.join(keys)}", where=where)
+        return value
+
+    def text(key):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"model.{key}", f"must be a JSON string (got {value!r})", where=where)
+        return (value or "").strip().lower()
 
     hidden = need("hidden_size", "hidden_size", "n_embd", "d_model")
     layers = need("n_layers", "num_hidden_layers", "n_layer", "num_layers")
     heads = need("n_heads", "num_attention_heads", "n_head")
     vocab = need("vocab_size", "vocab_size")
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
-        if (pick(key) or 0) > 1:
-            raise InputError("model", f"mixture-of-experts ({key}={cfg[key]}) is not modelled (dense transformers only)",
+        experts = integer(key, key, default=0, minimum=0)
+        if experts > 1:
+            raise InputError("model", f"mixture-of-experts ({key}={experts}) is not modelled (dense transformers only)",
                              where=where)
-    head_dim = pick("head_dim")
-    if head_dim is not None and heads and head_dim * heads != hidden:
+    head_dim = integer("head_dim", "head_dim")
+    if head_dim is not None and head_dim * heads != hidden:
         raise InputError("model.head_dim", f"head_dim * num_attention_heads ({head_dim}*{heads}) must equal "
                          f"hidden_size ({hidden}): decoupled head dims are not modelled", where=where)
-    model_type = str(cfg.get("model_type", "")).lower()
-    act = pick("hidden_act", "hidden_activation", "activation_function")
-    if act is None and not model_type:
+    model_type = text("model_type")
+    act_key = found("hidden_act", "hidden_activation", "activation_function")
+    act = text(act_key)
+    if not act and not model_type:
         raise InputError("model.mlp", "config.json gives neither hidden_act nor model_type", where=where)
-    act = str(act or "").lower()
     # gated MLPs (gate, up, down): SwiGLU (silu) and GeGLU (Gemma's gelu_pytorch_tanh)
     gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma",
                                                                  "gemma2", "olmo", "olmo2", "phi3")
-    ffn = pick("intermediate_size", "n_inner", "ffn_dim") or 4 * hidden
+    # a missing MLP width is GPT-2's documented default (n_inner: null -> 4 * n_embd); a given one is used as is
+    ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+    tied = pick("tie_word_embeddings")
+    if tied is None:
+        tied = not gated  # transformers' PretrainedConfig default is true; Llama-style configs set false
+    elif not isinstance(tied, bool):
+        raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
+                         f"(got {tied!r})", where=where)
     data = dict(
         name=name,
         n_layers=layers,
         hidden_size=hidden,
         ffn_hidden_size=ffn,
         n_heads=heads,
-        n_kv_heads=pick("num_key_value_heads", default=heads),
+        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", default=heads),
         vocab_size=vocab,
         mlp="swiglu" if gated else "gelu",
-        tied_embeddings=bool(pick("tie_word_embeddings", default=not gated)),
+        tied_embeddings=tied,
         learned_pos_emb=model_type in ("gpt2", "opt", "gpt_bigcode"),
-        max_seq_len=pick("max_position_embeddings", "n_positions", "n_ctx"),
+        max_seq_len=integer("max_seq_len", "max_position_embeddings", "n_positions", "n_ctx"),
         source=where,
     )
     try:
@@ -158,6 +186,11 @@ def load_gpu(ref: str) -> AcceleratorSpec:
     path = PROFILES_DIR / f"{ref}.yaml"
     if path.is_file():
         return _load_gpu_file(str(path))
-    if _looks_like_path(ref) and Path(ref).is_file():
-        return _load_gpu_file(str(Path(ref).resolve()))
-    raise InputError("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
+    if not _looks_like_path(ref):
+        raise InputError("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
+    file = Path(ref)
+    if file.is_dir():
+        raise InputError("gpu", f"'{ref}' is a folder, not a hardware-profile YAML")
+    if not file.is_file():
+        raise InputError("gpu", f"no such file '{ref}'")
+    return _load_gpu_file(str(file.resolve()))

@@ -6,9 +6,19 @@ Human units with explicit suffixes in the files (``hbm_bandwidth_gb_per_s``,
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
+
+#: A datasheet number: finite (no .inf / .nan) and within a physical range; the bounds below are far
+#: outside any real GPU's, so only a typo, a wrong unit or a placeholder falls outside them.
+PeakTflopPerS = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+#: lowest best-shape matmul efficiency a profile may state (the GEMM fit's lower bound, calibrate --gemm)
+MIN_MATMUL_EFFICIENCY = 0.05
+MAX_GPUS_PER_DOMAIN = 1 << 20  # like --gpus: a million GPUs
+MAX_LATENCY_US = 1e6  # a second per collective step
 
 
 class AcceleratorSpec(BaseModel):
@@ -18,38 +28,47 @@ class AcceleratorSpec(BaseModel):
 
     name: str = Field(description="Catalog name, e.g. 'h100-sxm5-80gb'.")
     display_name: str = Field(description="Vendor name.")
-    peak_dense_tflop_per_s: dict[str, float] = Field(
-        description="Dense (no sparsity) tensor-core peak per precision: bf16, fp16, fp8, ..."
+    peak_dense_tflop_per_s: dict[str, PeakTflopPerS] = Field(
+        description="Dense (no sparsity) tensor-core peak per precision: bf16, fp16, fp8, ... (TFLOP/s, "
+        "each finite and within 0.001 .. 1e6)"
     )
-    hbm_capacity_gib: float = Field(gt=0, description="Device memory, GiB.")
-    hbm_bandwidth_gb_per_s: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+    hbm_capacity_gib: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="Device memory, GiB.")
+    hbm_bandwidth_gb_per_s: float = Field(
+        ge=1e-3, le=1e7, allow_inf_nan=False, description="Device memory bandwidth, GB/s."
+    )
     intra_node_bandwidth_gb_per_s: float = Field(
-        gt=0, description="NVLink (or PCIe) bandwidth per GPU, one direction, GB/s."
+        ge=1e-3, le=1e7, allow_inf_nan=False, description="NVLink (or PCIe) bandwidth per GPU, one direction, GB/s."
     )
-    n_sms: int = Field(gt=0, description="Streaming multiprocessors (for GEMM wave quantization).")
+    n_sms: int = Field(gt=0, le=1 << 16, description="Streaming multiprocessors (for GEMM wave quantization).")
     matmul_efficiency_max: float = Field(
-        gt=0, le=1, description="Best-shape achievable bf16 matmul / dense peak (MAMF)."
+        ge=MIN_MATMUL_EFFICIENCY, le=1, allow_inf_nan=False,
+        description="Best-shape achievable bf16 matmul / dense peak (MAMF).",
     )
     nvlink_domain_gpus: int = Field(
-        default=8, gt=0, description="GPUs that share one NVLink/NVSwitch domain (72 for NVL72)."
+        default=8, gt=0, le=MAX_GPUS_PER_DOMAIN,
+        description="GPUs that share one NVLink/NVSwitch domain (72 for NVL72); it and default_gpus_per_node "
+        "divide one another.",
     )
     fp8_matmul_efficiency_max: float | None = Field(
-        default=None, gt=0, le=1,
+        default=None, ge=MIN_MATMUL_EFFICIENCY, le=1, allow_inf_nan=False,
         description="Best-shape achievable fp8 (e4m3) matmul / dense fp8 peak (MAMF), where measured; None: "
         "the bf16 MAMF times the global fp8_matmul_efficiency_ratio.",
     )
     attention_efficiency_max: float | None = Field(
-        default=None, gt=0, le=1,
+        default=None, ge=MIN_MATMUL_EFFICIENCY, le=1, allow_inf_nan=False,
         description="Flash-attention forward fraction of dense peak at long sequences on this GPU "
         "(None: the global constant). FA2: A100 ~0.6, H100 ~0.35; FA3/cuDNN on H100 ~0.6 (kernels.csv).",
     )
-    default_gpus_per_node: int = Field(default=8, gt=0)
+    default_gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_DOMAIN)
     default_scale_out_gbit_per_s_per_node: float = Field(
-        gt=0, description="Typical total NIC bandwidth per node (e.g. 8x400 Gbit/s = 3200)."
+        ge=1e-3, le=1e9, allow_inf_nan=False,
+        description="Typical total NIC bandwidth per node (e.g. 8x400 Gbit/s = 3200).",
     )
-    host_link_gb_per_s: float = Field(default=32.0, gt=0, description="GPU-host link, one direction.")
-    intra_node_latency_us: float = Field(default=4.0, gt=0)
-    scale_out_latency_us: float = Field(default=12.0, gt=0)
+    host_link_gb_per_s: float = Field(
+        default=32.0, ge=1e-3, le=1e7, allow_inf_nan=False, description="GPU-host link, one direction."
+    )
+    intra_node_latency_us: float = Field(default=4.0, gt=0, le=MAX_LATENCY_US, allow_inf_nan=False)
+    scale_out_latency_us: float = Field(default=12.0, gt=0, le=MAX_LATENCY_US, allow_inf_nan=False)
     unsupported_precisions: list[str] = Field(
         default_factory=list,
         description="Training precisions the GPU has no tensor cores for although its peak table names them "
@@ -57,11 +76,26 @@ class AcceleratorSpec(BaseModel):
     )
     sources: list[str] = Field(min_length=1, description="Datasheets and measurements cited.")
 
+    @field_validator("n_sms", "nvlink_domain_gpus", "default_gpus_per_node", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value):
+        # pydantic's lax mode reads true/false as 1/0
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a boolean")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> "AcceleratorSpec":
         for key in ("bf16", "fp16"):
             if key not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
+        domain, node = self.nvlink_domain_gpus, self.default_gpus_per_node
+        if domain % node and node % domain:
+            # nvlink_domain() could only guess what such a board means (it silently took the whole node)
+            raise ValueError(
+                f"nvlink_domain_gpus ({domain}) and default_gpus_per_node ({node}) must divide one another "
+                "(a domain of whole nodes, or a node of whole NVLink boards)"
+            )
         return self
 
     def supports_precision(self, precision: str) -> bool:
@@ -119,8 +153,10 @@ class ClusterSpec(BaseModel):
     n_gpus: int = Field(gt=0, description="GPUs in the job.")
     gpus_per_node: int = Field(gt=0, description="GPUs per node (per compute tray for NVL72).")
     nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable over NVLink (>= gpus_per_node).")
-    scale_out_gbit_per_s_per_node: float = Field(gt=0, description="Total NIC bandwidth per node.")
-    scale_out_latency_us: float = Field(gt=0)
+    scale_out_gbit_per_s_per_node: float = Field(
+        gt=0, allow_inf_nan=False, description="Total NIC bandwidth per node."
+    )
+    scale_out_latency_us: float = Field(gt=0, allow_inf_nan=False)
     network: str | None = Field(
         default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."
     )

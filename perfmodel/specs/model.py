@@ -3,9 +3,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MlpKind = Literal["gelu", "swiglu", "relu2"]
+
+#: upper bounds on the dimensions: far beyond any published model, small enough that the cost arrays
+#: (int32 / float64) stay exact; a value past them is a typo or an overflowed number, not a model
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 20  # hidden and MLP width
+MAX_HEADS = 1 << 16
+MAX_VOCAB = 1 << 24
+MAX_SEQ_LEN = (1 << 31) - 1  # context length: int32 in the search arrays, like --seq-len
 
 #: weight matrices of size h x ffn in one MLP block, per MLP kind
 MLP_MATRICES = {"gelu": 2, "relu2": 2, "swiglu": 3}
@@ -18,19 +26,28 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="Display name, e.g. 'llama3-70b'.")
-    n_layers: int = Field(gt=0, description="Transformer layers l.")
-    hidden_size: int = Field(gt=0, description="Model width h.")
-    ffn_hidden_size: int = Field(gt=0, description="MLP inner width (4h for GPT).")
-    n_heads: int = Field(gt=0, description="Attention (query) heads a.")
-    n_kv_heads: int = Field(gt=0, description="Key/value heads (= n_heads for MHA, fewer for GQA).")
-    vocab_size: int = Field(gt=0, description="Vocabulary V.")
+    n_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer layers l.")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model width h.")
+    ffn_hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="MLP inner width (4h for GPT).")
+    n_heads: int = Field(gt=0, le=MAX_HEADS, description="Attention (query) heads a.")
+    n_kv_heads: int = Field(gt=0, le=MAX_HEADS, description="Key/value heads (= n_heads for MHA, fewer for GQA).")
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB, description="Vocabulary V.")
     mlp: MlpKind = Field(default="gelu", description="gelu: 2 matrices; swiglu: 3; relu2: 2.")
     tied_embeddings: bool = Field(default=False, description="Input and output embedding shared.")
     learned_pos_emb: bool = Field(
         default=False, description="Learned absolute position embedding (GPT-2/3); False for RoPE/ALiBi."
     )
-    max_seq_len: int | None = Field(default=None, gt=0, description="Context length it was trained at.")
+    max_seq_len: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN, description="Context length it was trained at.")
     source: str | None = Field(default=None, description="Where the dimensions come from.")
+
+    @field_validator("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
+                     "max_seq_len", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value):
+        # pydantic's lax mode reads true/false as 1/0: a YAML `n_layers: true` would be a 1-layer model
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a boolean")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

@@ -1,0 +1,143 @@
+"""Calibration profile YAML (--calibration FILE): every value finite and within its physical range, or
+an InputError naming its dotted path in the file; the shipped profiles (with their .inf congestion,
+meaning a non-blocking fabric) still load."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from perfmodel import InputError
+from perfmodel.calibration_profile import DEFAULT_PROFILE_PATH, REPO_ROOT, load_calibration
+
+
+def _calibration(tmp_path, doc: dict) -> str:
+    p = tmp_path / "cal.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return str(p)
+
+
+def _error(tmp_path, doc: dict) -> InputError:
+    with pytest.raises(InputError) as exc:
+        load_calibration(_calibration(tmp_path, doc))
+    return exc.value
+
+
+@pytest.mark.parametrize("path", [DEFAULT_PROFILE_PATH, REPO_ROOT / "calibration" / "collectives_fit.yaml"])
+def test_shipped_profiles_load_with_their_infinite_congestion(path):
+    cal = load_calibration(path)
+    assert cal.congestion_nodes("xxrjun-cluster01") == math.inf  # no congestion seen at 10 nodes
+    assert cal.network_values("xxrjun-cluster01", "all_to_all")["congestion_nodes"] == math.inf
+    assert 1 < cal.congestion_nodes("efa") < 100
+
+
+def test_infinite_congestion_is_valid_everywhere(tmp_path):
+    cal = load_calibration(_calibration(tmp_path, {"constants": {"congestion_nodes": math.inf},
+                                                   "networks": {"ib": {"congestion_nodes": math.inf}}}))
+    assert cal.congestion_nodes("ib") == math.inf and cal.cost_constants().congestion_nodes == math.inf
+
+
+@pytest.mark.parametrize("section,key,value", [
+    ("constants", "attn_seq_half", math.inf),             # f/cal_inf.yaml: nan step time
+    ("constants", "elementwise_bytes_per_h", math.inf),   # f/cal_inf2.yaml
+    ("constants", "optimizer_bytes_per_param", math.inf),  # f/cal_opt.yaml: inf step time
+    ("constants", "congestion_nodes", 1e-300),             # f/cal_congtiny.yaml: a 190-digit step time
+    ("constants", "congestion_nodes", 0.0),
+    ("constants", "congestion_nodes", math.nan),
+    ("constants", "attn_bwd_over_fwd", 1e308),             # f/cal_huge.yaml
+    ("constants", "attn_bwd_over_fwd", math.inf),
+    ("constants", "nvlink_efficiency", 5.0),               # f/cal_nv5.yaml: was named calibration.nvlink_efficiency
+    ("constants", "nic_efficiency", math.nan),
+    ("constants", "matmul_training_efficiency", 1e-300),
+    ("constants", "host_memory_gib_per_gpu", math.inf),
+    ("constants", "tp_internode_efficiency", True),        # a boolean is not a number (was read as 1.0)
+    ("constants", "bogus", 1.0),                           # f/cal_unk.yaml: was named calibration.bogus
+])
+def test_bad_constants_are_named_under_constants(tmp_path, section, key, value):
+    err = _error(tmp_path, {section: {key: value}})
+    assert err.field == f"calibration.{section}.{key}", str(err)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("congestion_nodes", 0.0),            # f/cal_cong0.yaml: nan step time
+    ("congestion_nodes", -5.0),           # f/cal_cong_neg.yaml
+    ("congestion_nodes", math.nan),
+    ("scale_out_latency_us", -100.0),     # f/cal_lat_neg.yaml
+    ("scale_out_latency_us", 0.0),
+    ("scale_out_latency_us", math.inf),
+    ("intra_node_latency_us", 1e300),
+    ("latency_log2_coeff", -1e6),         # f/cal_log2neg.yaml
+    ("ring_step_latency_us", math.inf),   # f/cal_ring_inf.yaml: inf step time
+    ("ring_step_latency_us", -1.0),
+    ("ring_inter_node", 0.5),
+    ("nic_efficiency", math.inf),
+    ("nvlink_efficiency", 0.0),
+    ("all_to_all.congestion_nodes", -1.0),
+    ("all_gather.scale_out_latency_us", math.inf),
+    ("send_recv.nic_efficiency", 2.0),
+    ("all_gather.latency_log2_coeff", True),
+])
+def test_bad_network_values_are_refused(tmp_path, key, value):
+    err = _error(tmp_path, {"networks": {"efa": {key: value}}})
+    assert err.field == f"calibration.networks.efa.{key}", str(err)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("step_overhead_s", math.inf),        # f/cal_fwinf.yaml: inf step time, 0 tokens/s
+    ("runtime_reserved_gib", math.inf),   # f/cal_fwres.yaml: inf GiB
+    ("layer_overhead_s", math.nan),
+    ("microbatch_overhead_s", 1e9),
+    ("p2p_overhead_s", -1.0),
+    ("kernel_efficiency", 1e-300),
+    ("dp_overlap", math.nan),
+    ("grad_bytes_per_param", math.inf),
+    ("zero3_step_latency_s", math.inf),
+    ("zero3_max_live_params", 0.0),
+])
+def test_bad_framework_values_are_refused(tmp_path, key, value):
+    err = _error(tmp_path, {"frameworks": {"megatron-lm": {key: value}}})
+    assert err.field == f"calibration.frameworks.megatron-lm.{key}", str(err)
+
+
+def test_unlimited_zero3_live_params_is_valid(tmp_path):
+    cal = load_calibration(_calibration(tmp_path, {"frameworks": {"deepspeed": {"zero3_max_live_params": math.inf}}}))
+    assert cal.framework("deepspeed").zero3_max_live_params == math.inf
+
+
+@pytest.mark.parametrize("key,value", [
+    ("matmul_efficiency_max", 1e-300), ("matmul_efficiency_max", math.inf), ("scale_out_latency_us", -1.0),
+    ("attention_efficiency_max", 0.0),
+])
+def test_bad_gpu_overrides_are_refused(tmp_path, key, value):
+    err = _error(tmp_path, {"gpus": {"h100-sxm5-80gb": {key: value}}})
+    assert err.field == f"calibration.gpus.h100-sxm5-80gb.{key}", str(err)
+
+
+def test_values_at_the_fit_bounds_load(tmp_path):
+    """What perfmodel calibrate can write (its fit bounds) is what --calibration accepts."""
+    from perfmodel.calibrate.fit_collectives import BOUNDS
+
+    for bound in (0, 1):
+        over = {k: v[bound] for k, v in BOUNDS.items()}
+        path = tmp_path / f"b{bound}.yaml"
+        path.write_text(yaml.safe_dump({"networks": {"efa": over}, "constants": {"tp_internode_efficiency": 1e-3}}))
+        assert load_calibration(str(path)).network_values("efa") == over
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"constants": {"attn_seq_half": math.inf}}, "calibration.constants.attn_seq_half"),
+    ({"networks": {"efa": {"congestion_nodes": 0}}}, "calibration.networks.efa.congestion_nodes"),
+    ({"frameworks": {"megatron-lm": {"step_overhead_s": math.inf}}}, "calibration.frameworks.megatron-lm.step_overhead_s"),
+])
+def test_cli_refuses_a_bad_calibration_in_one_line(tmp_path, doc, field):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "perfmodel.cli", "estimate", "--model", "llama3-8b", "--gpu",
+                          "h100-sxm5-80gb", "--gpus", "16", "--global-batch", "64", "--network", "efa",
+                          "--calibration", _calibration(tmp_path, doc)], capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert f"{field}:" in lines[0]

@@ -1,0 +1,113 @@
+"""Hardware-profile YAML (--gpu FILE): every number finite and within a physical range, or an InputError
+naming the field; the shipped profiles all satisfy the rules; a path that is not a file says so."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+import perfmodel
+from perfmodel import InputError
+from perfmodel.catalog import PROFILES_DIR, gpu_names
+
+
+def _profile(tmp_path, name="gpu", **changes) -> str:
+    data = yaml.safe_load((PROFILES_DIR / "h100-sxm5-80gb.yaml").read_text())
+    for key, value in changes.items():
+        if key.startswith("peak."):
+            data["peak_dense_tflop_per_s"][key.removeprefix("peak.")] = value
+        else:
+            data[key] = value
+    p = tmp_path / f"{name}.yaml"  # one name per content: loaded profiles are cached by path
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def _error(ref) -> InputError:
+    with pytest.raises(InputError) as exc:
+        perfmodel.load_gpu(ref)
+    return exc.value
+
+
+@pytest.mark.parametrize("name", gpu_names())
+def test_shipped_profiles_load(name):
+    gpu = perfmodel.load_gpu(name)
+    assert all(math.isfinite(v) and v > 0 for v in gpu.peak_dense_tflop_per_s.values())
+
+
+def test_an_unchanged_copy_loads(tmp_path):
+    assert perfmodel.load_gpu(_profile(tmp_path)).peak_dense_tflop_per_s["bf16"] == 989.4
+
+
+@pytest.mark.parametrize("key,value", [
+    ("peak.bf16", 0),               # f/gpu_bf16zero.yaml: nan step time
+    ("peak.bf16", -5),              # f/gpu_bf16neg.yaml: MFU -7891%
+    ("peak.bf16", math.nan),        # f/gpu_bf16nan.yaml
+    ("peak.bf16", math.inf),        # f/gpu_bf16inf.yaml: MFU 0%
+    ("peak.fp8", math.inf),
+    ("peak.fp32", -1.0),
+    ("hbm_capacity_gib", math.inf),  # f/gpu_hbminf.yaml: "69 GiB of inf (fits)"
+    ("hbm_capacity_gib", 0),
+    ("hbm_bandwidth_gb_per_s", math.inf),
+    ("hbm_bandwidth_gb_per_s", math.nan),
+    ("intra_node_bandwidth_gb_per_s", math.inf),
+    ("intra_node_bandwidth_gb_per_s", 1e308),
+    ("default_scale_out_gbit_per_s_per_node", math.inf),
+    ("host_link_gb_per_s", math.inf),
+    ("intra_node_latency_us", math.inf),
+    ("scale_out_latency_us", math.nan),
+    ("scale_out_latency_us", -1.0),
+    ("matmul_efficiency_max", 1e-300),  # f/gpu_efftiny.yaml: a 190-digit step time
+    ("matmul_efficiency_max", 0.01),
+    ("matmul_efficiency_max", math.nan),
+    ("fp8_matmul_efficiency_max", 1e-300),
+    ("attention_efficiency_max", math.inf),
+    ("n_sms", True),
+    ("nvlink_domain_gpus", 3),       # f/gpu_dom3.yaml: was silently taken as the 8-GPU node
+    ("default_gpus_per_node", True),
+])
+def test_impossible_values_are_refused(tmp_path, key, value):
+    err = _error(_profile(tmp_path, **{key: value}))
+    field = f"gpu.peak_dense_tflop_per_s.{key.removeprefix('peak.')}" if key.startswith("peak.") else f"gpu.{key}"
+    assert err.field == field, str(err)
+
+
+def test_nvlink_domain_must_divide_the_node_or_be_divided_by_it(tmp_path):
+    err = _error(_profile(tmp_path, nvlink_domain_gpus=3))
+    assert "must divide one another" in err.rule
+    # what the shipped profiles do: a domain of whole nodes (NVL72: 18 trays of 4), a node of one board
+    nvl72 = perfmodel.load_gpu(_profile(tmp_path, "nvl72", nvlink_domain_gpus=72, default_gpus_per_node=4))
+    assert nvl72.nvlink_domain_gpus == 72
+    two_boards = perfmodel.load_gpu(_profile(tmp_path, "x16", nvlink_domain_gpus=8, default_gpus_per_node=16))
+    assert two_boards.default_gpus_per_node == 16
+
+
+@pytest.mark.parametrize("ref,rule", [("gone/nope.yaml", "no such file"), ("gpu.yml", "no such file"),
+                                      ("folder.yaml", "is a folder")])
+def test_a_gpu_path_that_is_not_a_file_says_so(tmp_path, monkeypatch, ref, rule):
+    """Was "unknown GPU 'f/gpudir.yaml' (known: ...)" as for a catalog name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.yaml").mkdir()
+    err = _error(ref)
+    assert err.field == "gpu"
+    assert rule in err.rule and ref in err.rule
+    assert "unknown GPU" not in err.rule
+
+
+def test_an_unknown_name_still_lists_the_catalog():
+    err = _error("h100")
+    assert err.field == "gpu" and "unknown GPU 'h100'" in err.rule and "h100-sxm5-80gb" in err.rule
+
+
+def test_cli_refuses_a_bad_profile_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "perfmodel.cli", "estimate", "--model", "llama3-8b", "--gpu",
+                          _profile(tmp_path, **{"peak.bf16": 0}), "--gpus", "8", "--global-batch", "64"],
+                         capture_output=True, text=True)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
+    assert "gpu.peak_dense_tflop_per_s.bf16" in lines[0]

@@ -1,0 +1,169 @@
+"""A user's model file (Hugging Face config.json or model YAML): every value is read as the file states
+it or refused with an InputError naming the field; nothing is coerced (a string, a boolean, a zero) or
+replaced by a default, and dimensions past any real model are refused rather than overflowed."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import perfmodel
+from perfmodel import InputError
+
+# the shape of meta-llama/Meta-Llama-3-8B config.json
+LLAMA3_8B_HF = {
+    "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336, "hidden_act": "silu",
+    "max_position_embeddings": 8192,
+}
+
+LLAMA3_8B_YAML = {
+    "n_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "n_heads": 32, "n_kv_heads": 8,
+    "vocab_size": 128256, "mlp": "swiglu",
+}
+
+
+def _config_json(tmp_path, **changes):
+    cfg = {**LLAMA3_8B_HF, **changes}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+def _model_yaml(tmp_path, **changes):
+    import yaml
+
+    p = tmp_path / "m.yaml"
+    p.write_text(yaml.safe_dump({**LLAMA3_8B_YAML, **changes}))
+    return str(p)
+
+
+def _error(ref) -> InputError:
+    with pytest.raises(InputError) as exc:
+        perfmodel.load_model(ref)
+    return exc.value
+
+
+def test_llama3_config_json_matches_the_catalog(tmp_path):
+    m = perfmodel.load_model(_config_json(tmp_path))
+    ref = perfmodel.load_model("llama3-8b")
+    for key in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size", "mlp",
+                "tied_embeddings"):
+        assert getattr(m, key) == getattr(ref, key), key
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num_local_experts", "8"),      # a string: compared with 1 it was a TypeError traceback
+    ("num_experts", {"a": 1}),       # an object: likewise
+    ("n_routed_experts", 8.5),
+    ("moe_num_experts", True),
+])
+def test_expert_count_must_be_an_integer(tmp_path, key, value):
+    err = _error(_config_json(tmp_path, **{key: value}))
+    assert err.field == f"model.{key}"
+    assert "must be an integer" in err.rule
+
+
+@pytest.mark.parametrize("key", ["num_local_experts", "num_experts"])
+def test_expert_count_of_0_1_or_null_is_dense(tmp_path, key):
+    for value in (0, 1, None):
+        assert perfmodel.load_model(_config_json(tmp_path, **{key: value})).n_layers == 32
+
+
+def test_mixture_of_experts_is_refused(tmp_path):
+    err = _error(_config_json(tmp_path, num_local_experts=8))
+    assert err.field == "model" and "mixture-of-experts" in err.rule
+
+
+@pytest.mark.parametrize("key,value,field", [
+    ("intermediate_size", 0, "model.ffn_hidden_size"),   # was silently replaced by 4 * hidden
+    ("intermediate_size", -1, "model.ffn_hidden_size"),
+    ("intermediate_size", "14336", "model.ffn_hidden_size"),
+    ("num_key_value_heads", "8", "model.n_kv_heads"),    # was read as 8 by pydantic's lax mode
+    ("num_key_value_heads", 0, "model.n_kv_heads"),
+    ("max_position_embeddings", "8k", "model.max_seq_len"),
+    ("max_position_embeddings", 0, "model.max_seq_len"),
+    ("head_dim", "128", "model.head_dim"),
+    ("num_hidden_layers", 0, "model.n_layers"),
+    ("num_hidden_layers", True, "model.n_layers"),
+])
+def test_given_config_json_integers_are_used_as_given_or_refused(tmp_path, key, value, field):
+    err = _error(_config_json(tmp_path, **{key: value}))
+    assert err.field == field
+    assert key in err.rule and ("must be an integer" in err.rule or "must be a positive integer" in err.rule)
+
+
+def test_only_a_missing_mlp_width_takes_the_gpt2_default(tmp_path):
+    cfg = {k: v for k, v in LLAMA3_8B_HF.items() if k != "intermediate_size"}
+    for extra in ({}, {"n_inner": None}):  # GPT-2 writes n_inner: null for 4 * n_embd
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({**cfg, **extra}))
+        assert perfmodel.load_model(str(p)).ffn_hidden_size == 4 * 4096
+
+
+@pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
+def test_tie_word_embeddings_must_be_a_json_boolean(tmp_path, value):
+    ref = _config_json(tmp_path, tie_word_embeddings=value)
+    if value is None:  # null: not given, the documented default (untied for a gated MLP)
+        assert perfmodel.load_model(ref).tied_embeddings is False
+        return
+    err = _error(ref)
+    assert err.field == "model.tied_embeddings"
+    assert "tie_word_embeddings" in err.rule and "boolean" in err.rule
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_tie_word_embeddings_booleans_are_read(tmp_path, value):
+    assert perfmodel.load_model(_config_json(tmp_path, tie_word_embeddings=value)).tied_embeddings is value
+
+
+def test_null_model_type_and_activation_are_missing_not_the_string_none(tmp_path):
+    """str(None) == 'none' passed the check and the MLP was guessed as gelu."""
+    err = _error(_config_json(tmp_path, model_type=None, hidden_act=None))
+    assert err.field == "model.mlp"
+    assert "neither hidden_act nor model_type" in err.rule
+
+
+@pytest.mark.parametrize("key,value", [("model_type", 5), ("hidden_act", ["silu"])])
+def test_model_type_and_activation_must_be_strings(tmp_path, key, value):
+    err = _error(_config_json(tmp_path, **{key: value}))
+    assert err.field == f"model.{key}"
+    assert "string" in err.rule
+
+
+@pytest.mark.parametrize("field", ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
+                                   "vocab_size", "max_seq_len"])
+@pytest.mark.parametrize("value", [True, False])
+def test_model_yaml_integers_refuse_booleans(tmp_path, field, value):
+    """`n_layers: true` was read as a 1-layer model (pydantic's lax bool -> int)."""
+    err = _error(_model_yaml(tmp_path, **{field: value}))
+    assert err.field == f"model.{field}"
+    assert "boolean" in str(err)
+
+
+def test_model_yaml_integral_floats_still_load(tmp_path):
+    m = perfmodel.load_model(_model_yaml(tmp_path, n_layers=32.0, hidden_size=4096.0))
+    assert (m.n_layers, m.hidden_size) == (32, 4096)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("n_layers", 10_001),
+    ("hidden_size", 4_096_000_000),                 # f/m_hhuge.yaml
+    ("ffn_hidden_size", 9_223_372_036_854_775_807),
+    ("n_heads", 1 << 17),
+    ("n_kv_heads", 1 << 17),
+    ("vocab_size", 99_999_999_999_999_999_999_999),  # f/m_ovf3.yaml
+    ("max_seq_len", 1 << 31),
+])
+def test_model_dimensions_have_upper_bounds(tmp_path, field, value):
+    err = _error(_model_yaml(tmp_path, **{field: value}))
+    assert err.field == f"model.{field}"
+    assert "less than or equal to" in err.rule
+
+
+def test_model_dimensions_at_their_bounds_load():
+    from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+
+    m = perfmodel.ModelSpec(name="big", n_layers=MAX_LAYERS, hidden_size=MAX_WIDTH, ffn_hidden_size=MAX_WIDTH,
+                            n_heads=MAX_HEADS, n_kv_heads=MAX_HEADS, vocab_size=MAX_VOCAB)
+    assert m.head_dim == MAX_WIDTH // MAX_HEADS
