@@ -164,3 +164,25 @@ def test_an_uncalibrated_network_is_named():
     assert res.returncode == 0 and res.stderr == ""
     assert "note: network 'efaa' has no calibration entry" in res.stdout and "efa" in res.stdout.splitlines()[-1]
     assert "note:" not in run("estimate", *BASE, "--network", "EFA").stdout
+
+
+def test_comm_bounds_and_option_names():
+    comm = ["comm", "--op", "all_reduce", "--gpus-per-node", "8", "--gpu", "h100-sxm5-80gb"]
+    assert_one_error(run(*comm, "--gpus", "16"), "bytes: Missing option '--bytes'")  # the option, not bytes_
+    assert_one_error(run(*comm, "--bytes", "1048576", "--gpus", "4294967296"), "gpus: must be at most")
+    assert_one_error(run(*comm, "--bytes", str(1 << 60), "--gpus", "16"), "bytes: must be between")
+    assert_one_error(run("estimate", *BASE[:4], *BASE[6:]), "gpus: Missing option '--gpus'")
+
+
+def test_a_run_on_a_broken_gpu_profile_file_is_invalid_with_its_error(tmp_path):
+    gpu = tmp_path / "gpu.yaml"
+    text = (ROOT / "hardware_profiles" / "h100-sxm5-80gb.yaml").read_text()
+    gpu.write_text(text.replace("bf16: 989.4", "bf16: 0", 1))
+    df = pd.read_csv(RUNS, dtype=str).head(2)
+    df.loc[0, "gpu"] = str(gpu)
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    res = run("validate", str(src), "--out", str(tmp_path / "p.csv"))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert pred["status"][0] == "invalid" and "peak_dense_tflop_per_s.bf16" in pred["reason"][0]
