@@ -19,6 +19,7 @@ from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
 from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
+from perfmodel.specs.checks import not_a_boolean
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
@@ -35,22 +36,16 @@ GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_
                    "scale_out_latency_us", "attention_efficiency_max"}
 
 
-def _not_a_boolean(value):
-    # pydantic's lax mode reads true/false as 1.0/0.0: `nic_efficiency: true` is not a number
-    if isinstance(value, bool):
-        raise ValueError("must be a number, not a boolean")
-    return value
-
-
-#: a fitted value (frameworks keep lax floats: their on/off switches are written as true/false)
-Number = Annotated[float, BeforeValidator(_not_a_boolean)]
+#: a fitted value: a number, never a boolean (frameworks are checked field by field by
+#: FrameworkProfile, whose on/off switches are written as true/false)
+Number = Annotated[float, BeforeValidator(not_a_boolean)]
 
 
 class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     constants: dict[str, Number] = Field(default_factory=dict, description="Overrides of CostConstants.")
-    frameworks: dict[str, dict[str, float]] = Field(default_factory=dict, description="Per-framework overrides.")
+    frameworks: dict[str, dict[str, float | bool]] = Field(default_factory=dict, description="Per-framework overrides.")
     gpus: dict[str, dict[str, Number]] = Field(default_factory=dict, description="Per-GPU overrides.")
     networks: dict[str, dict[str, Number]] = Field(
         default_factory=dict,

@@ -61,7 +61,7 @@ def build_job(global_batch, seq_len, precision, framework, gpu=None):
     from perfmodel.specs import JobSpec
 
     if precision is None:
-        precision = "fp16" if gpu is not None and not gpu.supports_precision("bf16") else "bf16"
+        precision = gpu.default_precision if gpu is not None else "bf16"
 
     for name, value in (("global_batch", global_batch), ("seq_len", seq_len)):
         if value > MAX_COUNT:

@@ -18,6 +18,11 @@ class InputError(ValueError):
         super().__init__(f"{prefix}{field}: {rule}")
 
 
+class UnknownName(InputError):
+    """A catalog name the catalog does not hold (a GPU or model it has no profile for), as opposed
+    to a file that is there but broken."""
+
+
 class NothingUsable(Exception):
     """The inputs were valid but yielded nothing to use (exit code 1, one ``error:`` line)."""
 

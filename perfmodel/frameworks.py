@@ -7,7 +7,9 @@ An unknown framework name gets the ``generic`` profile (not an error).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from perfmodel.specs.checks import not_a_boolean
 
 #: the longest fixed overhead (per layer, micro-batch, send/recv or step) a profile may state: an hour
 MAX_OVERHEAD_S = 3600.0
@@ -18,6 +20,12 @@ class FrameworkProfile(BaseModel):
     no limit), so a calibrated override cannot make a step infinite or negative."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value, info):
+        # the on/off switches take true/false; a number field given one is a typo, not 1.0 or 0.0
+        return not_a_boolean(value) if cls.model_fields[info.field_name].annotation is float else value
 
     flash_attention: bool = Field(True, description="Fused flash attention (Dao et al. 2022) is used.")
     kernel_efficiency: float = Field(

@@ -7,16 +7,19 @@ inconsistent or lacks a required input) or ``unsupported`` (a feature the model 
 """
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 import pandas as pd
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
+from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 
@@ -42,7 +45,7 @@ FSDP_DEFAULT = {"torchtitan"}
 NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
 
 DEFAULTS_DOC = {
-    "precision": "bf16 (fp16 on V100, which has no bf16)",
+    "precision": "the GPU's default: bf16, fp16 where it has no bf16 tensor cores (V100)",
     "vpp": "1 (not interleaved)",
     "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
     "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
@@ -50,7 +53,8 @@ DEFAULTS_DOC = {
     "has none)",
     "recompute": "full where the row's TFLOP/s follow Megatron's eq. 3 (notes tag '[tflops convention: Megatron "
     "eq.3 (counts recompute)]': the formula assumes activation recomputation); none for Megatron-Bridge "
-    "(its performance recipes' workload configs recompute nothing unless they say so); else the least "
+    "(its performance presets default to no recompute; the few that recompute some layers or offload "
+    "activations to the CPU are costed without it, and may not fit the modelled memory); else the least "
     "recomputation that fits: none, else selective, else full",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
     "2024 default for --experimental.pipeline_parallel_microbatches)",
@@ -113,6 +117,15 @@ def _text(df: pd.DataFrame, col: str) -> np.ndarray:
         return np.full(len(df), "", dtype=object)
     cells = df[col].astype(object).where(df[col].notna(), "")
     return cells.astype(str).str.strip().str.lower().to_numpy(dtype=object)
+
+
+def _default_precision(gpu_name: str) -> str:
+    """The blank-precision default of a run on ``gpu_name`` (bf16 where the GPU is unknown: the
+    row is unsupported anyway)."""
+    try:
+        return load_gpu(gpu_name).default_precision
+    except InputError:
+        return "bf16"
 
 
 def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
@@ -204,10 +217,11 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
              "gpus_per_node: must divide n_gpus when the run spans nodes")
 
     precision = _text(df, "precision")
-    precision = np.where(precision == "", np.where(np.char.startswith(gpu_name.astype(str), "v100"), "fp16", "bf16"),
-                         precision)
-    mark(~np.isin(precision, ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]), "unsupported",
-         "precision: not one of bf16, fp16, fp8, mxfp8, nvfp4")
+    # a blank cell is the GPU's default (bf16; fp16 without bf16 tensor cores), never an error
+    defaults = {g: _default_precision(g) for g in set(gpu_name[precision == ""].tolist())}
+    precision = np.array([defaults[g] if p == "" else p for g, p in zip(gpu_name, precision)], dtype=object)
+    known = list(get_args(Precision))
+    mark(~np.isin(precision, known), "unsupported", f"precision: not one of {', '.join(known)}")
     sp_col = _num(df, "sp")
     has_sp = np.isin(framework, list(SP_FRAMEWORKS))
     sp = np.where(np.isnan(sp_col), has_sp, sp_col > 0) & (tp > 1)
@@ -220,9 +234,13 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     # a blank mode under Megatron's eq. 3 FLOP convention is full recompute: the convention counts
     # the recompute forward pass (Narayanan et al. 2021, eq. 3 assumes activation recomputation)
     rc_text = np.where((rc_text == "") & (tflops_convention(df) == CONVENTION_EQ3), "full", rc_text)
-    # Megatron-Bridge's performance recipes recompute nothing unless a workload config says so
-    # (scripts/performance/utils/utils.py WorkloadBaseConfig: recompute_num_layers and
-    # recompute_modules default to None), and a recipe that recomputes states it
+    # Megatron-Bridge's performance summary states no recompute mode; its workload presets default to
+    # none (NVIDIA-NeMo/Megatron-Bridge scripts/performance/utils/utils.py WorkloadBaseConfig:
+    # recompute_num_layers and recompute_modules default to None) and most of its Llama presets keep
+    # that. Some recompute a few layers, or shard with Megatron-FSDP and offload activations to the
+    # CPU (cpu_offloading_num_layers), which the runs schema cannot state: those rows are costed
+    # without recompute and may exceed the modelled memory (fits False) though they ran; in the
+    # shipped data 23 of 66 do, 13 of them by 0.5-2% (the memory model's precision)
     rc_text = np.where((rc_text == "") & np.isin(framework, list(NO_RECOMPUTE_DEFAULT)), "none", rc_text)
     recompute_given = rc_text != ""
     mark(recompute_given & ~np.isin(rc_text, list(RECOMPUTE_CODES)), "invalid",
@@ -260,11 +278,11 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
             spec = load_gpu(gpu_i)
-        except InputError as exc:
-            # a name the catalog lacks is a GPU the model has no profile for; a profile file that
-            # is there but broken makes the row invalid, with the file's own error
-            if "unknown GPU" not in exc.rule:
-                broken_profile[gpu_i] = str(exc)
+        except UnknownName:  # a GPU the model has no profile for
+            no_profile.add(gpu_i)
+            spec = load_gpu("h100-sxm5-80gb")
+        except InputError as exc:  # a profile path that is missing or broken: the row is invalid
+            broken_profile[gpu_i] = str(exc)
             no_profile.add(gpu_i)
             spec = load_gpu("h100-sxm5-80gb")
         if gpu_i not in no_profile and not spec.supports_precision(prec_i):

@@ -6,8 +6,8 @@
                    mode="fixed", parallel=pm.ParallelSpec(tp=8, pp=4, vpp=5))
 
 One row per point of the Cartesian product of the swept values: the swept values, the
-``precision`` (the job's; a bf16 job runs in fp16 on a GPU without bf16 tensor cores, and a point whose
-GPU lacks the job's 8- or 4-bit format is invalid), the configuration (fixed, or the best one found),
+``precision`` (the job's, and a point whose GPU lacks it is invalid; with ``gpu_precision`` each GPU's
+default: bf16, or fp16 without bf16 tensor cores), the configuration (fixed, or the best one found),
 ``iteration_time_s``, ``tokens_per_s_per_gpu``,
 ``tokens_per_s``, ``mfu``, ``memory_gib``, ``fits``, ``status`` (``ok`` / ``invalid`` / ``no fit``)
 and ``reason``. Everything not swept stays as in the base cluster and job (the network stays when
@@ -108,8 +108,10 @@ class _Point(NamedTuple):
     """Why the point itself is inconsistent (e.g. GPUs not whole nodes); '' when it is not."""
 
 
-def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, values: dict[str, Any]) -> _Point:
-    """The specs of one point of the sweep."""
+def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, values: dict[str, Any],
+           gpu_precision: bool = False) -> _Point:
+    """The specs of one point of the sweep; ``gpu_precision``: the job named no precision, so each
+    point trains in its GPU's default (bf16, fp16 on a V100)."""
     from perfmodel.catalog import load_gpu
 
     shown = dict(values)
@@ -131,9 +133,8 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:
         return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))
-    if j.precision == "bf16" and not gpu.supports_precision("bf16") and gpu.supports_precision("fp16"):
-        # the 16-bit job on a GPU without bf16 tensor cores (V100) runs in fp16, at the same rate
-        j = j.model_copy(update={"precision": "fp16"})
+    if gpu_precision:
+        j = j.model_copy(update={"precision": gpu.default_precision})
     shown["precision"] = j.precision
     if not gpu.supports_precision(j.precision):
         return _Point(None, None, cal, zpp, shown,
@@ -219,8 +220,12 @@ def whatif(
     mode: Mode = "best",
     parallel: ParallelSpec | None = None,
     calibration: Calibration | None = None,
+    gpu_precision: bool = False,
 ) -> pd.DataFrame:
     """Sweep one or two ``VARIABLES``; one row per point (see the module docstring).
+    ``gpu_precision``: ``job`` names no precision of its own, so each point trains in its GPU's
+    default (bf16, or fp16 on a GPU without bf16 tensor cores); otherwise every point keeps the
+    job's precision, and a point whose GPU lacks it is invalid.
 
     ``df.attrs``: sweep (variable names in order), mode, elapsed_s."""
     t0 = time.perf_counter()
@@ -234,7 +239,7 @@ def whatif(
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
     sweep = _check_sweep(sweep)
     names = list(sweep)
-    points = [_point(cluster, job, calibration, dict(zip(names, combo)))
+    points = [_point(cluster, job, calibration, dict(zip(names, combo)), gpu_precision)
               for combo in itertools.product(*sweep.values())]
     if mode == "fixed":
         rows = _run_fixed(points, parallel, model, "zeropp_on" in sweep)

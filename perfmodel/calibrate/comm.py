@@ -131,7 +131,7 @@ def comm_result(
 
 def comm_command(
     op: Annotated[str, typer.Option("--op", help=f"Collective: {', '.join(OPS)}.")],
-    bytes_: Annotated[int, typer.Option("--bytes", help="nccl-tests 'size' for the op, bytes.")],
+    size_bytes: Annotated[int, typer.Option("--bytes", help="nccl-tests 'size' for the op, bytes.")],
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs in the group (all of the job).")],
     gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")],
     gpu: Annotated[str, typer.Option("--gpu", help="Catalog GPU name or hardware-profile YAML.")],
@@ -144,8 +144,6 @@ def comm_command(
 ) -> None:
     """One collective as nccl-tests would measure it: time, algbw and busbw."""
     from perfmodel.cli import fail
-
-    size_bytes = bytes_
 
     try:
         cal = load_calibration(calibration)

@@ -27,6 +27,8 @@ from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
 from perfmodel.errors import InputError, NothingUsable
+from perfmodel.limits import MAX_GBIT_PER_S
+from perfmodel.specs.hardware import AcceleratorSpec
 
 
 def sha256_of(path: Path) -> str:
@@ -37,16 +39,25 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[dict[str, float], pd.DataFrame]:
-    """Fit the best-shape matmul efficiency of ``gpu_name`` to measured GEMM times (robust, on
-    log time) through the same wave-quantized roofline the step model uses: 16-bit rows give
-    ``matmul_efficiency_max``, 8-bit and 4-bit rows (peak above the 16-bit one) give
-    ``fp8_matmul_efficiency_max``, each against its own dense peak."""
-    gpu = load_gpu(gpu_name)
-    peak = np.array([gpu.peak_flop_per_s(_gemm_dtype(d)) for d in gemm["dtype"]])
+#: the GEMM precisions each fitted efficiency stands for; rows in others (fp32, tf32, 4-bit) are
+#: timed and checked but fit nothing: the model has no parameter for them
+GEMM_FIT_GROUPS = {"matmul_efficiency_max": ("bf16", "fp16"), "fp8_matmul_efficiency_max": ("fp8", "mxfp8")}
+
+
+def _gpu_spec(gpu: str | AcceleratorSpec) -> AcceleratorSpec:
+    return gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
+
+
+def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, float], pd.DataFrame]:
+    """Fit the best-shape matmul efficiency of ``gpu`` (catalog name or spec) to measured GEMM
+    times (robust, on log time) through the same wave-quantized roofline the step model uses:
+    bf16/fp16 rows give ``matmul_efficiency_max``, fp8/mxfp8 rows ``fp8_matmul_efficiency_max``,
+    each against its own dense peak; other rows get no error (NaN) and fit nothing."""
+    gpu = _gpu_spec(gpu)
+    dtypes = np.array([_gemm_dtype(d) for d in gemm["dtype"]])
+    peak = np.array([gpu.peak_flop_per_s(d) for d in dtypes])
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
     t = gemm["time_s"].to_numpy(dtype=float)
-    lowp = peak > gpu.peak_flop_per_s("bf16")
 
     def resid(x, sel):
         return np.log(gemm_time_s(m[sel], n[sel], k[sel], peak[sel], x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s)
@@ -56,7 +67,8 @@ def fit_gemm(gemm: pd.DataFrame, gpu_name: str) -> tuple[dict[str, float], pd.Da
     err = np.full(len(t), np.nan)
     start = {"matmul_efficiency_max": gpu.matmul_efficiency_max,
              "fp8_matmul_efficiency_max": gpu.fp8_matmul_efficiency_max or 0.88 * gpu.matmul_efficiency_max}
-    for key, sel in (("matmul_efficiency_max", ~lowp), ("fp8_matmul_efficiency_max", lowp)):
+    for key, group in GEMM_FIT_GROUPS.items():
+        sel = np.isin(dtypes, group)
         if not sel.any():
             continue
         res = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([0.05], [1.0]), loss="soft_l1",
@@ -76,16 +88,16 @@ def _gemm_dtype(name) -> str:
 
     canon = canonical_dtype(name)
     if canon is None:
-        raise InputError("gemm.dtype", f"unknown GEMM dtype {str(name)!r}; allowed: {allowed_dtypes_text()}")
+        raise InputError("dtype", f"unknown GEMM dtype {str(name)!r}; allowed: {allowed_dtypes_text()}")
     return canon
 
 
-def check_gemm_rows(gemm: pd.DataFrame, gpu_name: str) -> pd.DataFrame:
+def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFrame:
     """Reject rows ``gpu_name`` cannot have produced: a dtype its profile has no dense peak for
     (it would be costed at another precision's peak), or a time that implies more than
     ``MAX_ACHIEVED_OVER_PEAK`` x that peak. Names the file and line when the parser recorded
     them (``parse_gemm_csv`` does); returns ``gemm`` unchanged."""
-    gpu = load_gpu(gpu_name)
+    gpu = _gpu_spec(gpu)
     path, lines = gemm.attrs.get("path"), gemm.attrs.get("lines")
     time_col = gemm.attrs.get("time_column", "time_s")
 
@@ -95,11 +107,15 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu_name: str) -> pd.DataFrame:
     peaks = gpu.peak_dense_tflop_per_s
     for i, (d, m, n, k, t) in enumerate(zip(gemm["dtype"], gemm["m"], gemm["n"], gemm["k"], gemm["time_s"])):
         dtype = _gemm_dtype(d)
-        if dtype not in peaks:
-            raise InputError("dtype", f"{gpu.name} has no {dtype} peak in its profile (it has "
-                             f"{', '.join(peaks)}), so these rows cannot be fitted", where(i))
+        # fp32/tf32 are CUDA-core / TF32 rates, not training precisions: checked against their peaks
+        if dtype not in peaks or (dtype not in ("fp32", "tf32") and not gpu.supports_precision(dtype)):
+            raise InputError("dtype", f"{gpu.name} has no {dtype} tensor cores in its profile (it has "
+                             f"{', '.join(p for p in peaks if p in ('fp32', 'tf32') or gpu.supports_precision(p))})"
+                             ", so these rows cannot be fitted", where(i))
         achieved = 2.0 * float(m) * float(n) * float(k) / float(t)
-        peak = gpu.peak_flop_per_s(dtype)
+        # an fp32 matmul may have run on TF32 tensor cores (NGC containers allow it by default)
+        peak = max(gpu.peak_flop_per_s(dtype), gpu.peak_flop_per_s("tf32") if dtype == "fp32" and "tf32" in peaks
+                   else 0.0)
         if achieved > MAX_ACHIEVED_OVER_PEAK * peak:
             raise InputError(time_col, f"implies {achieved / 1e12:,.4g} TFLOP/s, more than "
                              f"{MAX_ACHIEVED_OVER_PEAK}x the {gpu.name} dense {dtype} peak "
@@ -140,8 +156,9 @@ def run_calibration(
     spec = load_gpu(gpu)
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
-    if scale_out_gbit_per_s is not None and not (0 < scale_out_gbit_per_s < float("inf")):
-        raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out_gbit_per_s})")
+    if scale_out_gbit_per_s is not None and not (0 < scale_out_gbit_per_s <= MAX_GBIT_PER_S):
+        raise InputError("scale_out_gbit_per_s", f"must be a positive number of at most {MAX_GBIT_PER_S:,.0f} "
+                         f"(got {scale_out_gbit_per_s})")
     if Path(out).is_dir():
         raise InputError("out", "is a folder; give a YAML file path", where=str(out))
     if not any((nccl_tests, traces, logs, gemms, runs)):
@@ -150,7 +167,7 @@ def run_calibration(
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
     parsed_logs = [(p, parse_training_log(p)) for p in map(Path, logs)]
-    parsed_gemm = [(p, check_gemm_rows(parse_gemm_csv(p), spec.name)) for p in map(Path, gemms)]
+    parsed_gemm = [(p, check_gemm_rows(parse_gemm_csv(p), spec)) for p in map(Path, gemms)]
     parsed_runs = [(p, read_runs_csv(p)) for p in map(Path, runs)]
 
     # start from the shipped default profile: a partial calibration (one nccl-tests file, say)
@@ -164,7 +181,7 @@ def run_calibration(
             raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
         tables = [t for _, ts in parsed_nccl for t in ts]
         fitted, residuals = fit_from_tables(
-            tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec.name, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
+            tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
             scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
             network=network,
         )
@@ -189,13 +206,18 @@ def run_calibration(
             shown = f"{med:.1f}%" if isinstance(med, (int, float)) else "n/a"
             echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
     for p, g in parsed_gemm:
-        effs, errs = fit_gemm(g, spec.name)
+        effs, errs = fit_gemm(g, spec)
         gpus_over.setdefault(spec.name, {}).update(effs)
-        med = float(errs.abs_err_pct.median())
+        if not effs:
+            raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
+                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+        med = float(errs.abs_err_pct.median())  # over the fitted rows (the others are NaN)
         inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
                        "median_abs_err_pct": med, **effs})
         shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items())
-        echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%")
+        skipped = int(errs.abs_err_pct.isna().sum())
+        echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%"
+             + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
         inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "kernel_time_s": cats})

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from perfmodel.errors import InputError, from_validation_error, read_text_file
+from perfmodel.errors import InputError, UnknownName, from_validation_error, read_text_file
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.specs.model import ModelSpec
 
@@ -45,6 +45,16 @@ def gpu_names() -> list[str]:
 
 def _looks_like_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+
+
+def _informational_length(value) -> int | None:
+    """The trained context length, kept for reference only (no cost reads it): a whole positive
+    number within the model's bound, else not kept (a config's 1e30 'unbounded' marker, say)."""
+    from perfmodel.specs.model import MAX_SEQ_LEN
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SEQ_LEN:
+        return None
+    return int(value) if float(value).is_integer() else None
 
 
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
@@ -112,7 +122,9 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
     tied = pick("tie_word_embeddings")
     if tied is None:
-        tied = not gated  # transformers' PretrainedConfig default is true; Llama-style configs set false
+        # transformers' defaults when the key is absent: PretrainedConfig and GemmaConfig tie,
+        # LlamaConfig-style gated configs do not
+        tied = not gated or (model_type or "").startswith("gemma")
     elif not isinstance(tied, bool):
         raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
                          f"(got {tied!r})", where=where)
@@ -122,12 +134,14 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         hidden_size=hidden,
         ffn_hidden_size=ffn,
         n_heads=heads,
-        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", default=heads),
+        # Falcon-7B states multi_query: true (one KV head) instead of a count
+        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", "num_kv_heads",
+                           default=1 if cfg.get("multi_query") is True else heads),
         vocab_size=vocab,
         mlp="swiglu" if gated else "gelu",
         tied_embeddings=tied,
         learned_pos_emb=model_type in ("gpt2", "opt", "gpt_bigcode"),
-        max_seq_len=integer("max_seq_len", "max_position_embeddings", "n_positions", "n_ctx"),
+        max_seq_len=_informational_length(pick("max_position_embeddings", "n_positions", "n_ctx")),
         source=where,
     )
     try:
@@ -142,7 +156,7 @@ def load_model(ref: str) -> ModelSpec:
     if ref in table:
         return ModelSpec(name=ref, **table[ref])
     if not _looks_like_path(ref):
-        raise InputError("model", f"unknown model '{ref}' (known: {', '.join(model_names())}; or a .yaml/config.json path)")
+        raise UnknownName("model", f"unknown model '{ref}' (known: {', '.join(model_names())}; or a .yaml/config.json path)")
     path = Path(ref)
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"  # a Hugging Face model folder
@@ -187,7 +201,7 @@ def load_gpu(ref: str) -> AcceleratorSpec:
     if path.is_file():
         return _load_gpu_file(str(path))
     if not _looks_like_path(ref):
-        raise InputError("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
+        raise UnknownName("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
     file = Path(ref)
     if file.is_dir():
         raise InputError("gpu", f"'{ref}' is a folder, not a hardware-profile YAML")

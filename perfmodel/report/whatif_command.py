@@ -72,7 +72,7 @@ def whatif_command(
     from perfmodel.catalog import load_model
     from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.errors import InputError, from_validation_error
-    from perfmodel.estimate import check_model_split
+    from perfmodel.estimate import check_model_split, check_precision
     from perfmodel.specs import ParallelSpec
     from perfmodel.whatif import whatif
 
@@ -81,6 +81,8 @@ def whatif_command(
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
+        if "gpu" not in sweep:  # every point runs on the base GPU: a precision it lacks is bad input
+            check_precision(cluster.gpu, job.precision)
         par = None
         if mode == "fixed":
             try:
@@ -91,7 +93,8 @@ def whatif_command(
             # the configuration against the model itself (tp divides the heads, pp the layers):
             # bad input for every point, not an infeasible sweep
             check_model_split(spec, tp, pp)
-        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=load_calibration(calibration))
+        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=load_calibration(calibration),
+                    gpu_precision=precision is None)
     except (InputError, ValidationError) as exc:
         fail(exc)
     if out is not None:
@@ -105,7 +108,7 @@ def whatif_command(
         typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "points": json.loads(df.to_json(orient="records"))},
                               indent=2))
     else:
-        # the precision column where it differs between points (a bf16 job runs in fp16 on a V100)
+        # the precision column where it differs between points (no --precision: each GPU's default)
         shown_precision = ["precision"] if "precision" in df and df["precision"].nunique() > 1 else []
         cols = list(sweep) + shown_precision + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
                               "tokens_per_s_per_gpu", "mfu", "memory_gib", "iteration_time_s", "status"]

@@ -10,6 +10,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.job import Precision
+
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
 #: A datasheet number: finite (no .inf / .nan) and within a physical range; the bounds below are far
@@ -69,7 +72,7 @@ class AcceleratorSpec(BaseModel):
     )
     intra_node_latency_us: float = Field(default=4.0, gt=0, le=MAX_LATENCY_US, allow_inf_nan=False)
     scale_out_latency_us: float = Field(default=12.0, gt=0, le=MAX_LATENCY_US, allow_inf_nan=False)
-    unsupported_precisions: list[str] = Field(
+    unsupported_precisions: list[Precision] = Field(
         default_factory=list,
         description="Training precisions the GPU has no tensor cores for although its peak table names them "
         "as the 16-bit base of the cost model (bf16 on Volta); a job in one is rejected.",
@@ -79,13 +82,14 @@ class AcceleratorSpec(BaseModel):
     @field_validator("n_sms", "nvlink_domain_gpus", "default_gpus_per_node", mode="before")
     @classmethod
     def _not_a_boolean(cls, value):
-        # pydantic's lax mode reads true/false as 1/0
-        if isinstance(value, bool):
-            raise ValueError("must be an integer, not a boolean")
-        return value
+        return not_a_boolean(value, "integer")
 
     @model_validator(mode="after")
     def _check(self) -> "AcceleratorSpec":
+        for p in self.unsupported_precisions:
+            if p not in self.peak_dense_tflop_per_s:
+                raise ValueError(f"unsupported_precisions: '{p}' is not in peak_dense_tflop_per_s (list only "
+                                 "precisions the peak table names as a base the GPU cannot train in)")
         for key in ("bf16", "fp16"):
             if key not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
@@ -102,6 +106,12 @@ class AcceleratorSpec(BaseModel):
         """Whether the GPU has tensor cores for ``precision``: its own entry in the peak table (fp8
         needs 'fp8', mxfp8 'mxfp8', nvfp4 'nvfp4') and not listed in ``unsupported_precisions``."""
         return precision in self.peak_dense_tflop_per_s and precision not in self.unsupported_precisions
+
+    @property
+    def default_precision(self) -> str:
+        """The precision a job that names none trains in: bf16, or fp16 where the GPU has no bf16
+        tensor cores (Volta)."""
+        return "bf16" if self.supports_precision("bf16") else "fp16"
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Dense peak for a GEMM precision; a format the GPU lacks runs at the next one it has

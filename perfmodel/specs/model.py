@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from perfmodel.specs.checks import not_a_boolean
+
 MlpKind = Literal["gelu", "swiglu", "relu2"]
 
 #: upper bounds on the dimensions: far beyond any published model, small enough that the cost arrays
@@ -44,10 +46,7 @@ class ModelSpec(BaseModel):
                      "max_seq_len", mode="before")
     @classmethod
     def _not_a_boolean(cls, value):
-        # pydantic's lax mode reads true/false as 1/0: a YAML `n_layers: true` would be a 1-layer model
-        if isinstance(value, bool):
-            raise ValueError("must be an integer, not a boolean")
-        return value
+        return not_a_boolean(value, "integer")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

@@ -132,6 +132,22 @@ def test_good_inputs_still_write_a_profile(tmp_path, monkeypatch, capsys):
     assert "matmul_efficiency_max" in stdout and "median iteration time 0.812 s" in stdout
 
 
+def test_a_gpu_profile_file_calibrates_like_a_catalog_name(tmp_path, monkeypatch, capsys):
+    """--gpu may be a profile YAML whose name is not in the catalog: the fits use that spec."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    profile = yaml.safe_load((root / "hardware_profiles" / "h100-sxm5-80gb.yaml").read_text())
+    gpu = _file(tmp_path, "my-gpu.yaml", yaml.safe_dump({**profile, "name": "my-gpu"}))
+    gemm = _file(tmp_path, "g.csv", "m,n,k,dtype,time_us\n4096,4096,4096,FP8 e4m3,100\n8192,8192,8192,bf16,1500\n")
+    out = tmp_path / "profile.yaml"
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", str(gpu), "--nccl-tests",
+                                str(_nccl(tmp_path)), "--gemm", str(gemm), "--out", str(out))
+    assert code == 0 and err == "" and out.is_file(), err
+    fitted = yaml.safe_load(out.read_text())["gpus"]["my-gpu"]
+    assert {"matmul_efficiency_max", "fp8_matmul_efficiency_max"} <= set(fitted)
+
+
 def test_nccl_tests_without_fittable_sizes_is_nothing_usable(tmp_path, monkeypatch, capsys):
     # every size < 1 MiB: the fit has no points; this wrote a profile with "n/a" and exit 0
     small = [r.replace("1048576", "524288", 1) for r in NCCL_ROWS[:1]]

@@ -39,7 +39,7 @@ def _csv(tmp_path, rows: str):
     # 1e-7 us for a 4096^3 GEMM: 1e12 x the peak; the fit clamped the efficiency to 1.0
     ("4096,4096,4096,bf16,0.0000001", "time_us", "more than 1.5x the h100-sxm5-80gb dense bf16 peak"),
     ("4096,4096,4096,fp8,30", "time_us", "dense fp8 peak"),      # 4.6 PFLOP/s > 1.5 x 1979
-    ("4096,4096,4096,nvfp4,200", "dtype", "has no nvfp4 peak"),  # H100 has no FP4: was fp8's peak
+    ("4096,4096,4096,nvfp4,200", "dtype", "has no nvfp4 tensor cores"),  # H100 has no FP4: was fp8's peak
 ])
 def test_rows_faster_than_the_gpu_or_in_a_dtype_it_lacks(tmp_path, row, field, rule):
     from perfmodel.calibrate.command import check_gemm_rows
@@ -63,5 +63,25 @@ def test_real_speeds_pass_the_peak_check(tmp_path):
 
 def test_fit_gemm_rejects_an_unknown_dtype():
     df = synthetic("h100-sxm5-80gb", "bf16", 0.7, [(4096, 4096, 4096)]).assign(dtype="int3")
-    with pytest.raises(InputError, match=r"gemm\.dtype: unknown GEMM dtype 'int3'"):
+    with pytest.raises(InputError, match=r"dtype: unknown GEMM dtype 'int3'"):
         fit_gemm(df, "h100-sxm5-80gb")
+
+
+def test_fit_uses_each_efficiency_s_own_precisions_and_a_profile_spec(tmp_path):
+    """bf16/fp16 rows fit the 16-bit MAMF, fp8/mxfp8 the 8-bit one; fp32 rows (a TF32 rate is
+    allowed for them) fit nothing; a GPU given as a spec (a profile file) works like a name."""
+    from perfmodel.calibrate.command import check_gemm_rows
+
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    gpu = load_gpu("h100-sxm5-80gb")
+    shapes = [(4096, 4096, 4096), (8192, 8192, 2048)]
+    rows = pd.concat([synthetic("h100-sxm5-80gb", "bf16", 0.7, shapes),
+                      synthetic("h100-sxm5-80gb", "fp32", 0.05, shapes)], ignore_index=True)
+    effs, errs = fit_gemm(rows, gpu)
+    assert set(effs) == {"matmul_efficiency_max"} and effs["matmul_efficiency_max"] == pytest.approx(0.7, rel=0.02)
+    assert errs.abs_err_pct.isna().sum() == 2
+    # 8192^3 fp32 in 2 ms = 550 TFLOP/s: above the CUDA-core fp32 peak, within TF32's
+    assert check_gemm_rows(parse_gemm_csv(_csv(tmp_path, "8192,8192,8192,fp32,2000\n")), gpu) is not None
+    with pytest.raises(InputError, match=r"v100-sxm2-16gb has no bf16 tensor cores"):
+        check_gemm_rows(synthetic("v100-sxm2-16gb", "bf16", 0.7, shapes), "v100-sxm2-16gb")

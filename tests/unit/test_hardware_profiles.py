@@ -111,3 +111,16 @@ def test_cli_refuses_a_bad_profile_in_one_line(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
     assert "gpu.peak_dense_tflop_per_s.bf16" in lines[0]
+
+
+def test_h100_96gb_500w_peaks_lie_between_the_nvl_and_sxm_datasheets():
+    """torchtitan's benchmark page puts its H100s' peak 'between SXM and NVL': the profile takes the
+    midpoint of the two datasheets (dense TFLOP/s: SXM / NVL), for every tensor-core format."""
+    from perfmodel.catalog import load_gpu
+
+    sxm = {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9}
+    nvl = {"bf16": 835.5, "fp16": 835.5, "fp8": 1670.5, "tf32": 417.5, "fp32": 60.0}
+    peaks = load_gpu("h100-sxm5-96gb").peak_dense_tflop_per_s
+    for key in sxm:
+        assert nvl[key] < peaks[key] < sxm[key]
+        assert peaks[key] == pytest.approx((sxm[key] + nvl[key]) / 2, abs=0.1)

@@ -81,8 +81,6 @@ def test_mixture_of_experts_is_refused(tmp_path):
     ("intermediate_size", "14336", "model.ffn_hidden_size"),
     ("num_key_value_heads", "8", "model.n_kv_heads"),    # was read as 8 by pydantic's lax mode
     ("num_key_value_heads", 0, "model.n_kv_heads"),
-    ("max_position_embeddings", "8k", "model.max_seq_len"),
-    ("max_position_embeddings", 0, "model.max_seq_len"),
     ("head_dim", "128", "model.head_dim"),
     ("num_hidden_layers", 0, "model.n_layers"),
     ("num_hidden_layers", True, "model.n_layers"),
@@ -91,6 +89,29 @@ def test_given_config_json_integers_are_used_as_given_or_refused(tmp_path, key, 
     err = _error(_config_json(tmp_path, **{key: value}))
     assert err.field == field
     assert key in err.rule and ("must be an integer" in err.rule or "must be a positive integer" in err.rule)
+
+
+@pytest.mark.parametrize("value,kept", [(8192, 8192), (4096.0, 4096), (1e30, None), ("8k", None), (0, None)])
+def test_the_trained_context_length_is_kept_for_reference_only(tmp_path, value, kept):
+    """No cost reads max_position_embeddings: a value outside a whole positive length is not kept,
+    and never rejects the model."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**LLAMA3_8B_HF, "max_position_embeddings": value}))
+    assert perfmodel.load_model(str(p)).max_seq_len == kept
+
+
+def test_falcon_multi_query_and_gemma_tying(tmp_path):
+    """Falcon-7B states multi_query: true (one KV head); Gemma configs omit tie_word_embeddings,
+    whose GemmaConfig default is true."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71,
+                             "num_hidden_layers": 32, "vocab_size": 65024, "multi_query": True, "hidden_act": "gelu"}))
+    assert perfmodel.load_model(str(p)).n_kv_heads == 1
+    p.write_text(json.dumps({"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+                             "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 28,
+                             "vocab_size": 256000, "hidden_act": "gelu_pytorch_tanh"}))
+    m = perfmodel.load_model(str(p))
+    assert m.tied_embeddings and m.mlp == "swiglu"
 
 
 def test_only_a_missing_mlp_width_takes_the_gpt2_default(tmp_path):

@@ -58,6 +58,8 @@ def test_two_time_columns_are_ambiguous(tmp_path):
 @pytest.mark.parametrize("given,canonical", [
     ("bf16", "bf16"), ("BFloat16", "bf16"), ("torch.bfloat16", "bf16"), ("float16", "fp16"),
     ("half", "fp16"), ("fp32", "fp32"), ("float32", "fp32"), ("FP8", "fp8"), ("float8_e4m3fn", "fp8"),
+    ("FP8 e4m3", "fp8"), ("fp8_e4m3fn", "fp8"), ("e4m3fn", "fp8"), ("float8_e4m3fnuz", "fp8"), ("fp8e4m3", "fp8"),
+    ("torch.float8_e5m2", "fp8"),
 ])
 def test_dtype_spellings_become_canonical(tmp_path, given, canonical):
     df = parse_gemm_csv(_csv(tmp_path, f"m,n,k,dtype,time_us\n4096.0,4096,4096,{given},200\n"))

@@ -199,3 +199,17 @@ def test_valid_metadata_and_zero_duration_kernels_still_parse(tmp_path):
         deviceProperties=[{"name": "NVIDIA H100"}], distributedInfo={"world_size": 8}))
     assert s.kernel_count == {"gemm": 2, "attention": 0, "nccl": 2, "memory": 0, "other": 0}
     assert len(s.nccl_collectives) == 1 and s.device_name == "NVIDIA H100" and s.world_size == 8
+
+
+def test_events_not_summarised_are_not_checked_and_old_category_spellings_count(tmp_path):
+    """CPU-side events may carry durations older profilers wrote negative or none at all: a trace is
+    not rejected for events it does not summarise; PyTorch 1.8/1.9 spell the GPU categories Kernel,
+    Memcpy and Memset."""
+    s = parse_kineto_trace(_trace(tmp_path, [
+        {"ph": "X", "cat": "python_function", "name": "f", "dur": -3},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": None},
+        {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x64_nn", "dur": 20.0},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD", "dur": 3.0},
+    ]))
+    assert s.kernel_count["gemm"] == 2 and s.kernel_count["memory"] == 1
+    assert s.kernel_time_s["memory"] == pytest.approx(3e-6)

@@ -93,3 +93,17 @@ def test_blank_recompute_is_none_for_megatron_bridge_recipes_else_the_least_that
     assert inputs["recompute"][0] == RECOMPUTE_CODES["none"]
     assert inputs["recompute"][2] == RECOMPUTE_CODES["full"]
     assert "Megatron-Bridge" in DEFAULTS_DOC["recompute"]
+
+
+def test_blank_precision_follows_the_gpu_profile_not_its_name(tmp_path):
+    """A V100 profile file under another name still defaults a blank precision to fp16."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "hardware_profiles" / "v100-sxm3-32gb.yaml"
+    gpu = tmp_path / "my-volta.yaml"
+    gpu.write_text(src.read_text().replace("name: v100-sxm3-32gb", "name: my-volta", 1))
+    df = pd.DataFrame([dict(ROW, run_id="t-001", gpu=str(gpu), n_gpus=16, tp=1, pp=2, dp=8, global_batch=16,
+                            micro_batch=1, gpus_per_node=16)])
+    _, status, reason, _ = runs_to_inputs(df)
+    assert status[0] == "ok", reason[0]
+    assert "V100" in DEFAULTS_DOC["precision"]

@@ -60,13 +60,17 @@ def test_invalid_points_are_rows_with_a_reason(mode):
 
 @pytest.mark.parametrize("mode", ["fixed", "best"])
 def test_a_gpu_without_the_jobs_tensor_cores(mode):
-    """Swapping the GPU keeps the job: an fp8 job on an A100 is an invalid point naming the
-    precision; a bf16 job on a V100 runs in fp16 (its 16-bit format, at the same rate) and says so."""
+    """Swapping the GPU keeps the job's precision: an fp8 job on an A100, or a bf16 one on a V100, is
+    an invalid point naming it; a job that names no precision (gpu_precision) trains in each GPU's
+    default (bf16, fp16 on a V100) and the frame says which."""
     fp8 = JOB.model_copy(update={"precision": "fp8"})
     df = pm.whatif(MODEL, CLUSTER, fp8, {"gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}, mode=mode, parallel=PAR)
     assert list(df["status"]) == ["ok", "invalid"]
     assert df["reason"].iloc[1] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
-    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "v100-sxm3-32gb"]}, mode=mode, parallel=PAR)
+    sweep = {"gpu": ["h100-sxm5-80gb", "v100-sxm3-32gb"]}
+    df = pm.whatif(MODEL, CLUSTER, JOB, sweep, mode=mode, parallel=PAR)
+    assert df["status"].iloc[1] == "invalid" and "v100-sxm3-32gb has no bf16" in df["reason"].iloc[1]
+    df = pm.whatif(MODEL, CLUSTER, JOB, sweep, mode=mode, parallel=PAR, gpu_precision=True)
     assert list(df["precision"]) == ["bf16", "fp16"] and (df["status"] != "invalid").all()
 
 

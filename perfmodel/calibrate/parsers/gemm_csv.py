@@ -23,14 +23,21 @@ GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
 """Precisions with a dense peak in the hardware profiles (``peak_dense_tflop_per_s`` keys)."""
 DTYPE_ALIASES = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
-    "tensorfloat32": "tf32", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "e4m3": "fp8",
-    "e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+    "tensorfloat32": "tf32", "float8e4m3": "fp8", "float8e5m2": "fp8", "e4m3": "fp8",
+    "e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8",
 }
+"""Spellings after normalisation (lower case; spaces, '-' and '_' removed; a float8 'fn' / 'fnuz'
+suffix dropped): torch.float8_e4m3fn, 'FP8 e4m3' (kernels.csv), fp8-e5m2, float8_e4m3fnuz ..."""
 
 
 def canonical_dtype(name: object) -> str | None:
-    """``bf16`` for ``bf16`` / ``BFloat16`` / ``torch.bfloat16``; None for an unknown name."""
+    """``bf16`` for ``bf16`` / ``BFloat16`` / ``torch.bfloat16``, ``fp8`` for ``FP8 e4m3`` /
+    ``float8_e4m3fn``; None for an unknown name."""
     key = str(name).strip().lower().removeprefix("torch.")
+    for ch in " -_":
+        key = key.replace(ch, "")
+    if "e4m3" in key or "e5m2" in key:
+        key = key.removesuffix("fnuz").removesuffix("fn")
     key = DTYPE_ALIASES.get(key, key)
     return key if key in GEMM_DTYPES else None
 

@@ -31,7 +31,7 @@ _NCCL_COLL_RE = re.compile(r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatt
 _ATTENTION_RE = re.compile(r"flash_fwd|flash_bwd|flash::|FlashAttn|FlashAttention|fmha|sdpa|"
                            r"flash_attn", re.I)
 _GEMM_RE = re.compile(r"gemm|nvjet_", re.I)
-_MEMORY_CATS = {"gpu_memcpy", "gpu_memset"}
+_MEMORY_CATS = {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # case-folded; the last two: PyTorch 1.8/1.9
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 # Kernel-name spelling and torch ``Collective name`` spelling -> nccl-tests collective.
@@ -223,9 +223,10 @@ def _world_size(doc: dict, path: Path) -> int | None:
 def parse_kineto_trace(path: str | Path) -> KinetoSummary:
     """Summarise a Chrome-trace JSON (or ``.json.gz``) written by ``torch.profiler``.
 
-    Every complete (``"ph": "X"``) event is checked: ``cat`` and ``name`` strings, ``dur`` a
-    finite number >= 0, ``args`` an object, and an NCCL kernel's collective metadata (group
-    size, element counts) whole numbers; a wrong-typed field raises InputError naming the file,
+    Every complete (``"ph": "X"``) event's ``cat`` and ``name`` are strings; the events summarised
+    (GPU kernels, memcpy/memset, ``ProfilerStep#N``) have a ``dur`` that is a finite number >= 0,
+    ``args`` an object, and for an NCCL kernel collective metadata (group size, element counts)
+    in whole numbers; a wrong-typed field raises InputError naming the file,
     the event's line and ``traceEvents[i].field``. A trace without any GPU kernel,
     memcpy/memset or ``ProfilerStep#N`` event has nothing to summarise and is an error too."""
     path = Path(path)
@@ -240,17 +241,20 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
         try:
-            cat = _field(ev, "cat", (str,), "a string", i, default="")
+            # category case-folded: PyTorch 1.8/1.9 traces spell them Kernel / Memcpy / Memset
+            cat = _field(ev, "cat", (str,), "a string", i, default="").lower()
             name = _field(ev, "name", (str,), "a string", i, default="")
-            dur_s = _duration_s(ev, i)
-            args = _field(ev, "args", (dict,), "an object", i, default=None) or {}
             if cat in ("user_annotation", "cpu_op"):
                 m = _STEP_RE.match(name)
                 if m:
-                    steps[int(m.group(1))] = dur_s
+                    steps[int(m.group(1))] = _duration_s(ev, i)
                 continue
+            # only the events summarised are checked further: CPU-side events (python_function,
+            # cuda_runtime, ...) may carry durations older profilers wrote negative
             if cat != "kernel" and cat not in _MEMORY_CATS:
                 continue
+            dur_s = _duration_s(ev, i)
+            args = _field(ev, "args", (dict,), "an object", i, default=None) or {}
             category, coll = classify_kernel(name, cat)
             row = (_collective_row(args, dur_s, i)
                    if category == "nccl" and "Collective name" in args else None)

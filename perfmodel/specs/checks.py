@@ -1,0 +1,11 @@
+"""Strict-number checks shared by the specs and the calibration profile: pydantic's lax mode reads
+YAML ``true``/``false`` as 1/0, so a boolean where a number belongs (``n_layers: true``,
+``nic_efficiency: true``) would silently become a 1-layer model or a 100% efficiency."""
+from __future__ import annotations
+
+
+def not_a_boolean(value, kind: str = "number"):
+    """``value`` unchanged, or ValueError when it is a boolean (for a ``mode="before"`` validator)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a boolean")
+    return value
