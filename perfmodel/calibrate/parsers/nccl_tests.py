@@ -137,7 +137,7 @@ def _cell(token: str, column: str, where: str) -> float | int | str:
     try:
         value = float(token)
     except ValueError:
-        raise InputError("nccl-tests row", f"column {column} is not numeric: {token!r}",
+        raise InputError(column, f"not numeric: {token!r}",
                          where) from None
     if column.endswith("_time_us") and not 0.0 < value < math.inf:
         raise InputError(column, f"must be a finite time > 0 us (got {token!r})", where)
