@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from perfmodel.specs.checks import not_a_boolean
 from perfmodel.specs.job import Precision
-
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
 #: A datasheet number: finite (no .inf / .nan) and within a physical range; the bounds below are far
