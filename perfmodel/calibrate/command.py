@@ -57,6 +57,8 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, 
     dtypes = np.array([_gemm_dtype(d) for d in gemm["dtype"]])
     peak = np.array([gpu.peak_flop_per_s(d) for d in dtypes])
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    # a batched GEMM tiles like one with batch x m rows
+    m = m * (gemm["batch"].to_numpy(dtype=float) if "batch" in gemm else 1.0)
     t = gemm["time_s"].to_numpy(dtype=float)
 
     def resid(x, sel):
@@ -112,7 +114,8 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
             raise InputError("dtype", f"{gpu.name} has no {dtype} tensor cores in its profile (it has "
                              f"{', '.join(p for p in peaks if p in ('fp32', 'tf32') or gpu.supports_precision(p))})"
                              ", so these rows cannot be fitted", where(i))
-        achieved = 2.0 * float(m) * float(n) * float(k) / float(t)
+        batch = float(gemm["batch"].iloc[i]) if "batch" in gemm else 1.0
+        achieved = 2.0 * batch * float(m) * float(n) * float(k) / float(t)
         # an fp32 matmul may have run on TF32 tensor cores (NGC containers allow it by default)
         peak = max(gpu.peak_flop_per_s(dtype), gpu.peak_flop_per_s("tf32") if dtype == "fp32" and "tf32" in peaks
                    else 0.0)
@@ -187,7 +190,8 @@ def run_calibration(
         )
         unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
         if unfitted:
-            what = f"no table in {', '.join(unfitted)} has message sizes >= 1 MiB, the sizes the fit uses"
+            what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "
+                    "all_gather, reduce_scatter, alltoall or sendrecv)")
             if len(unfitted) == len(parsed_nccl) and not (parsed_traces or parsed_logs or parsed_gemm or parsed_runs):
                 raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
             print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)

@@ -33,6 +33,7 @@ import yaml
 from scipy.optimize import least_squares
 
 from perfmodel.calibrate.comm import OP_SPECIFIC, collective_inputs, collective_time, network_key
+from perfmodel.costs.comm import OPS
 from perfmodel.calibrate.parsers.nccl_tests import NcclTestsResult
 from perfmodel.calibration_profile import Calibration
 from perfmodel.errors import InputError
@@ -87,6 +88,8 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
     for m in measurements:
         m = Measurement(*m)
         r = m.result
+        if r.op is not None and r.op not in OPS:  # broadcast, reduce, ...: no training collective
+            continue
         if r.op is None or r.n_ranks is None:
             raise InputError("nccl-tests", "op and rank count must be known to fit", m.path)
         rows = r.rows[(r.rows["size_bytes"] >= min_bytes) & (r.rows["oop_time_us"] > 0)]

@@ -97,9 +97,11 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
             raise InputError(f"model.{key}", f"must be a JSON string (got {value!r})", where=where)
         return (value or "").strip().lower()
 
-    hidden = need("hidden_size", "hidden_size", "n_embd", "d_model")
-    layers = need("n_layers", "num_hidden_layers", "n_layer", "num_layers")
-    heads = need("n_heads", "num_attention_heads", "n_head")
+    # the spellings transformers maps onto these (GPT-2 n_embd, BLOOM n_embed, MPT/OLMo d_model,
+    # n_heads, n_layers, GPT-Neo num_heads, num_layers)
+    hidden = need("hidden_size", "hidden_size", "n_embd", "n_embed", "d_model")
+    layers = need("n_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    heads = need("n_heads", "num_attention_heads", "n_head", "num_heads", "n_heads")
     vocab = need("vocab_size", "vocab_size")
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
         experts = integer(key, key, default=0, minimum=0)
@@ -135,10 +137,10 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         ffn_hidden_size=ffn,
         n_heads=heads,
         # Falcon-7B states multi_query: true (one KV head) instead of a count
-        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", "num_kv_heads",
+        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
                            default=1 if cfg.get("multi_query") is True else heads),
         vocab_size=vocab,
-        mlp="swiglu" if gated else "gelu",
+        mlp="swiglu" if gated else ("relu2" if act == "relu2" else "gelu"),  # Nemotron: squared ReLU
         tied_embeddings=tied,
         learned_pos_emb=model_type in ("gpt2", "opt", "gpt_bigcode"),
         max_seq_len=_informational_length(pick("max_position_embeddings", "n_positions", "n_ctx")),

@@ -180,3 +180,27 @@ def test_write_failure_leaves_neither_profile_nor_temporary_file(tmp_path, monke
     with pytest.raises(InputError, match=rf"^out: cannot write {out} \(No space left on device\)$"):
         command._write_atomic({"a": 1}, out)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_collective_the_fit_does_not_use_is_skipped_not_a_crash(tmp_path, monkeypatch, capsys):
+    """broadcast_perf output parses but fits nothing: alone it is nothing usable (exit 1, one line),
+    beside a usable table a warning."""
+    bcast = Path(__file__).resolve().parents[1] / "fixtures" / "valid" / "broadcast_perf_8ranks.txt"
+    out = tmp_path / "p.yaml"
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(bcast),
+                           "--out", str(out))
+    assert_one_error(code, err, "is one the fit uses", rc=1)
+    assert not out.exists()
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(bcast),
+                           "--nccl-tests", str(_nccl(tmp_path)), "--out", str(out))
+    assert code == 0 and out.is_file() and err.startswith("warning: nccl-tests:") and "Traceback" not in err
+
+
+def test_gemm_batch_column_counts_in_the_flops(tmp_path, monkeypatch, capsys):
+    rows = "name,batch,m,n,k,dtype,time_ms\ng0,4,8192,8192,8192,bf16,5.93\ng1,1,8192,8192,8192,bf16,1.48\n"
+    out = tmp_path / "p.yaml"
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gemm",
+                                str(_file(tmp_path, "b.csv", rows)), "--out", str(out))
+    assert code == 0 and err == "", err
+    # both rows run at ~742 TFLOP/s: one efficiency fits both (it would not if batch were ignored)
+    assert "median |error| = 0." in stdout or "median |error| = 1." in stdout

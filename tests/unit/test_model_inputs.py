@@ -188,3 +188,29 @@ def test_model_dimensions_at_their_bounds_load():
     m = perfmodel.ModelSpec(name="big", n_layers=MAX_LAYERS, hidden_size=MAX_WIDTH, ffn_hidden_size=MAX_WIDTH,
                             n_heads=MAX_HEADS, n_kv_heads=MAX_HEADS, vocab_size=MAX_VOCAB)
     assert m.head_dim == MAX_WIDTH // MAX_HEADS
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    # BLOOM: n_embed; MPT / original OLMo: d_model, n_heads, n_layers; GPT-Neo: num_heads, num_layers
+    ({"model_type": "bloom", "n_embed": 14336, "num_attention_heads": 112, "n_layer": 70, "vocab_size": 250880},
+     (70, 14336, 112, 112)),
+    ({"model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32, "vocab_size": 50432}, (32, 4096, 32, 32)),
+    ({"model_type": "gpt_neo", "hidden_size": 2560, "num_heads": 20, "num_layers": 32, "vocab_size": 50257},
+     (32, 2560, 20, 20)),
+    # Falcon-40B's original RefinedWeb config: n_head_kv
+    ({"model_type": "RefinedWeb", "hidden_size": 8192, "n_head": 128, "n_head_kv": 8, "n_layer": 60,
+      "vocab_size": 65024}, (60, 8192, 128, 8)),
+])
+def test_dimension_spellings_transformers_maps(tmp_path, cfg, expected):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = perfmodel.load_model(str(p))
+    assert (m.n_layers, m.hidden_size, m.n_heads, m.n_kv_heads) == expected
+
+
+def test_squared_relu_is_read(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "nemotron", "hidden_size": 4096, "intermediate_size": 16384,
+                             "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+                             "vocab_size": 256000, "hidden_act": "relu2"}))
+    assert perfmodel.load_model(str(p)).mlp == "relu2"

@@ -125,3 +125,16 @@ def test_largest_int64_iteration_still_parses(tmp_path):
     path.write_text(f" iteration {2**63 - 1}/ 100 | elapsed time per iteration (ms): 10 |\n")
     df = parse_training_log(path)
     assert df["iteration"].tolist() == [2**63 - 1] and df["iteration_time_s"].tolist() == [0.01]
+
+
+def test_torchtitan_colour_codes_and_the_older_wps_field(tmp_path):
+    """torchtitan colours its metrics (ANSI codes end up in tee'd logs) and called tokens/s 'wps'
+    before late 2024."""
+    path = tmp_path / "t.log"
+    path.write_text(
+        "[rank0]:2024-12-20 10:00:01,000 - root - INFO - \x1b[31mstep:  1  \x1b[32mloss: 12.0  \x1b[33m"
+        "memory: 40.1GiB(42.2%)  \x1b[34mtps: 5,124  \x1b[36mtflops: 300.01  \x1b[35mmfu: 30.01%\x1b[39m\n"
+        "2024-09-01 10:00:01,000 - root - INFO - step: 10  loss: 9.0  memory: 40.0GiB(42.1%)  wps: 5,000  mfu: 29.0%\n")
+    df = parse_training_log(path)
+    assert list(df["iteration"]) == [1, 10]
+    assert list(df["tokens_per_s_per_gpu"]) == [5124.0, 5000.0]

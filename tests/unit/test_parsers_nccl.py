@@ -262,3 +262,10 @@ def test_na_allowed_in_in_place_and_wrong_columns(tmp_path, column):
     r = parse_nccl_tests(_fixture_with_cell(tmp_path, column, "N/A", line=27))
     assert len(r.rows) == 5 and r.rows.iloc[1].isna().sum() == 1
     assert r.rows["size_bytes"].dtype == np.int64 and r.rows["oop_time_us"].notna().all()
+
+
+def test_srun_labels_padded_with_spaces_are_stripped():
+    """Slurm right-aligns `srun -l` task labels (' 0: ') once there are 10 or more tasks."""
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "valid" / "srun_padded_all_reduce.txt"
+    res = parse_nccl_tests(path)
+    assert res.op == "all_reduce" and len(res.rows) > 10 and (res.rows["size_bytes"] >= 2**20).any()

@@ -1,7 +1,8 @@
 """GEMM timing CSV (one row per measured matmul) -> DataFrame with achieved TFLOP/s.
 
-Required columns: m, n, k (or M, N, K), dtype, and one of time_s / time_ms / time_us.
-A GEMM of shape (m, k) x (k, n) does 2·m·n·k FLOPs (one multiply and one add per MAC).
+Required columns: m, n, k (or M, N, K), dtype, and one of time_s / time_ms / time_us; optional
+``batch`` (a batched GEMM, default 1). A GEMM of shape (m, k) x (k, n) does 2·m·n·k FLOPs (one
+multiply and one add per MAC), a batch of them 2·batch·m·n·k.
 ``dtype`` is one of ``GEMM_DTYPES`` or a spelling in ``DTYPE_ALIASES`` (torch / numpy names);
 the returned column holds the canonical name. ``df.attrs`` keeps each row's file line
 (``lines``), the time column and the path, so later checks (the GPU's peak) can name the row.
@@ -75,7 +76,11 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
             got = cells[col].iloc[i]
             raise InputError(col, f"not a finite number ({got!r})" if got else "blank cell",
                              f"{path}:{lines[i]}")
-    for col in ("m", "n", "k"):
+    if "batch" not in df.columns:  # a batched GEMM: batch independent (m, k) x (k, n) products
+        df["batch"] = "1"
+    cells["batch"] = df["batch"].astype(str).str.strip()
+    df["batch"] = pd.to_numeric(cells["batch"].where(cells["batch"] != "", "1"), errors="coerce")
+    for col in ("m", "n", "k", "batch"):
         v = df[col].to_numpy(dtype=float)
         bad = (v != np.round(v)) | (v < 1) | (v > MAX_DIM)
         if bad.any():
@@ -95,7 +100,7 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
     if (df["time_s"] <= 0).any():
         i = int((df["time_s"] <= 0).to_numpy().nonzero()[0][0])
         raise InputError(time_col, "must be > 0", f"{path}:{lines[i]}")
-    flop = 2.0 * df["m"].astype(float) * df["n"] * df["k"]
+    flop = 2.0 * df["batch"].astype(float) * df["m"] * df["n"] * df["k"]
     df["tflop_per_s"] = flop / df["time_s"] / 1e12
     df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col})
     return df

@@ -7,7 +7,8 @@ Recognised lines (a ``[rankN]:`` / ``N: `` launcher prefix is allowed anywhere b
 - Megatron-DeepSpeed: ``samples/sec: S | iteration N/M | ... approx flops per GPU: 112.9TFLOPS``;
 - DeepSpeed ThroughputTimer ``global_step=G, ..., CurrSamplesPerSec=S``;
 - DeepSpeed flops profiler block ``Profile Summary at step N`` ... ``iter latency`` ...;
-- torchtitan ``step: N ... tps: 1,234  tflops: 3.15  mfu: 0.32%``.
+- torchtitan ``step: N ... tps: 1,234  tflops: 3.15  mfu: 0.32%`` (``wps:`` before late 2024; colour
+  codes stripped).
 Each source's own TFLOP/s uses its own FLOP convention; calibrate on time or tokens/s.
 """
 from __future__ import annotations
@@ -31,7 +32,9 @@ _MDS_SAMPLES = re.compile(r"samples/sec:\s*" + _NUM)
 _MDS_TFLOP = re.compile(r"approx flops per GPU:\s*" + _NUM + r"\s*TFLOPS")
 _DS_TIMER = re.compile(r"global_step=(\d+),.*?CurrSamplesPerSec=" + _NUM)
 _DS_TIMER_OLD = re.compile(r"\b\d+/(\d+), SamplesPerSec=" + _NUM)
-_TITAN = re.compile(r"\bstep:\s*(\d+)\s.*?\btps:\s*" + _NUM + r"(?:.*?\btflops:\s*" + _NUM +
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# tokens/s per GPU: 'tps' since late 2024, 'wps' before
+_TITAN = re.compile(r"\bstep:\s*(\d+)\s.*?\b[tw]ps:\s*" + _NUM + r"(?:.*?\btflops:\s*" + _NUM +
                     r")?(?:.*?\bmfu:\s*(?:" + _NUM + r"%|N/A))?")
 _PROFILE_STEP = re.compile(r"Profile Summary at step (\d+)")
 _ITER_LATENCY = re.compile(r"^\s*iter latency:\s*" + _NUM + r"\s*(s|ms|us)\b")
@@ -106,7 +109,8 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     rows: list[dict] = []
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
     for lineno, raw in enumerate(read_text_file(path, "log", errors="replace").splitlines(), start=1):
-        text = re.sub(r"^\s*(?:\[rank\d+\]:|\d+:\s)", "", raw)
+        # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
+        text = re.sub(r"^\s*(?:\[rank\d+\]:|\d+:\s)", "", _ANSI_RE.sub("", raw))
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)
