@@ -15,7 +15,7 @@ import pandas as pd
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError, UnknownName
-from perfmodel.estimate import cluster_arrays, constant_arrays, framework_arrays
+from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
@@ -117,6 +117,15 @@ def _text(df: pd.DataFrame, col: str) -> np.ndarray:
         return np.full(len(df), "", dtype=object)
     cells = df[col].astype(object).where(df[col].notna(), "")
     return cells.astype(str).str.strip().str.lower().to_numpy(dtype=object)
+
+
+def _precision_error(spec, precision: str) -> str:
+    """``estimate.check_precision``'s one line for a run in a precision its GPU lacks."""
+    try:
+        check_precision(spec, precision)
+    except InputError as exc:
+        return str(exc)
+    return ""
 
 
 def _default_precision(gpu_name: str) -> str:
@@ -275,7 +284,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     fw_rows: list[dict] = []
     no_profile: set[str] = set()
     broken_profile: dict[str, str] = {}
-    no_tensor_cores: set[tuple[str, str]] = set()
+    no_tensor_cores: dict[tuple[str, str], str] = {}
     for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
             spec = load_gpu(gpu_i)
@@ -287,7 +296,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             no_profile.add(gpu_i)
             spec = load_gpu("h100-sxm5-80gb")
         if gpu_i not in no_profile and not spec.supports_precision(prec_i):
-            no_tensor_cores.add((gpu_i, prec_i))
+            no_tensor_cores[(gpu_i, prec_i)] = _precision_error(spec, prec_i)
         net_constants, gpu, shape = cal.for_network(spec, net_i)
         g = int(gpn_i) if np.isfinite(gpn_i) and gpn_i > 0 else gpu.default_gpus_per_node
         n_g = int(n_i) if np.isfinite(n_i) and n_i > 0 else g
@@ -311,8 +320,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             mark(gpu_name == g, "invalid", broken_profile[g])
         else:
             mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
-    for g, prec in sorted(no_tensor_cores):
-        mark((gpu_name == g) & (precision == prec), "invalid", f"precision: {g} has no {prec} tensor cores")
+    for (g, prec), why in sorted(no_tensor_cores.items()):
+        mark((gpu_name == g) & (precision == prec), "invalid", why)
     inputs: dict[str, np.ndarray] = {}
     for rows in (hw_rows, fw_rows):
         for key in rows[0].keys() if rows else ():

@@ -32,8 +32,8 @@ from pydantic import ValidationError
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError, from_validation_error
+from perfmodel.estimate import build_inputs, check_config, check_precision
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS
-from perfmodel.estimate import build_inputs, check_config
 from perfmodel.search.engine import METRICS, evaluate, template_inputs
 from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
@@ -136,9 +136,10 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     if gpu_precision:
         j = j.model_copy(update={"precision": gpu.default_precision})
     shown["precision"] = j.precision
-    if not gpu.supports_precision(j.precision):
-        return _Point(None, None, cal, zpp, shown,
-                      str(InputError("precision", f"{gpu.name} has no {j.precision} tensor cores")))
+    try:
+        check_precision(gpu, j.precision)
+    except InputError as exc:
+        return _Point(None, None, cal, zpp, shown, str(exc))
     return _Point(c, j, cal, zpp, shown)
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from perfmodel.limits import MAX_GPUS
 from perfmodel.specs.checks import not_a_boolean
 from perfmodel.specs.job import Precision
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
@@ -19,7 +20,7 @@ from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 PeakTflopPerS = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 #: lowest best-shape matmul efficiency a profile may state (the GEMM fit's lower bound, calibrate --gemm)
 MIN_MATMUL_EFFICIENCY = 0.05
-MAX_GPUS_PER_DOMAIN = 1 << 20  # like --gpus: a million GPUs
+MAX_GPUS_PER_DOMAIN = MAX_GPUS  # like --gpus
 MAX_LATENCY_US = 1e6  # a second per collective step
 
 

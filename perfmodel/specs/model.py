@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from perfmodel.limits import MAX_COUNT
 from perfmodel.specs.checks import not_a_boolean
 
 MlpKind = Literal["gelu", "swiglu", "relu2"]
@@ -15,7 +16,7 @@ MAX_LAYERS = 10_000
 MAX_WIDTH = 1 << 20  # hidden and MLP width
 MAX_HEADS = 1 << 16
 MAX_VOCAB = 1 << 24
-MAX_SEQ_LEN = (1 << 31) - 1  # context length: int32 in the search arrays, like --seq-len
+MAX_SEQ_LEN = MAX_COUNT  # context length: int32 in the search arrays, like --seq-len
 
 #: weight matrices of size h x ffn in one MLP block, per MLP kind
 MLP_MATRICES = {"gelu": 2, "relu2": 2, "swiglu": 3}

@@ -75,8 +75,8 @@ def test_a_run_in_a_precision_its_gpu_lacks_is_invalid_and_blank_is_what_it_has(
                        dict(ROW, run_id="t-004", gpu="v100-sxm3-32gb")])
     _, status, reason, _ = runs_to_inputs(df)
     assert list(status) == ["invalid", "ok", "invalid", "ok"], reason
-    assert reason[0] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
-    assert reason[2] == "precision: v100-sxm3-32gb has no bf16 tensor cores"
+    assert reason[0] == "precision: a100-sxm4-80gb has no fp8 tensor cores (it trains in bf16, fp16)"
+    assert reason[2] == "precision: v100-sxm3-32gb has no bf16 tensor cores (it trains in fp16)"
 
 
 def test_blank_recompute_is_none_for_megatron_bridge_recipes_else_the_least_that_fits():

@@ -66,7 +66,7 @@ def test_a_gpu_without_the_jobs_tensor_cores(mode):
     fp8 = JOB.model_copy(update={"precision": "fp8"})
     df = pm.whatif(MODEL, CLUSTER, fp8, {"gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}, mode=mode, parallel=PAR)
     assert list(df["status"]) == ["ok", "invalid"]
-    assert df["reason"].iloc[1] == "precision: a100-sxm4-80gb has no fp8 tensor cores"
+    assert df["reason"].iloc[1] == "precision: a100-sxm4-80gb has no fp8 tensor cores (it trains in bf16, fp16)"
     sweep = {"gpu": ["h100-sxm5-80gb", "v100-sxm3-32gb"]}
     df = pm.whatif(MODEL, CLUSTER, JOB, sweep, mode=mode, parallel=PAR)
     assert df["status"].iloc[1] == "invalid" and "v100-sxm3-32gb has no bf16" in df["reason"].iloc[1]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.errors import InputError, read_text_file
+from perfmodel.limits import MAX_BYTES, MAX_COUNT
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
                      "broadcast", "reduce", "gather", "scatter"]
@@ -25,7 +26,7 @@ ROW_COLUMNS = ["size_bytes", "count", "dtype", "redop", "root",
                "ip_time_us", "ip_algbw_gb_per_s", "ip_busbw_gb_per_s", "ip_wrong"]
 _TEXT_COLUMNS = {"dtype", "redop"}
 # whole-number columns and their allowed range: sizes up to 1 PiB, root -1 (none) or a rank
-_INT_RANGE = {"size_bytes": (0, 2**50), "count": (0, 2**50), "root": (-1, 2**31 - 1)}
+_INT_RANGE = {"size_bytes": (0, MAX_BYTES), "count": (0, MAX_BYTES), "root": (-1, MAX_COUNT)}
 
 # Binary / file-name spellings of each collective (``all_reduce_perf``, ``alltoall_output``).
 _OP_ALIASES: dict[str, Collective] = {
