@@ -28,7 +28,8 @@ DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 #: tp_internode_efficiency by the runs fit, ``perfmodel.calibrate.fit_runs``)
 NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency", "tp_internode_efficiency")
 NETWORK_GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
-NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0}
+NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0,
+                          "ll_latency_us": 0.0, "ll_bandwidth_ratio": 0.0}
 #: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
 NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -104,6 +105,8 @@ NETWORK_RANGES = {
     "congestion_nodes": (MIN_CONGESTION_NODES, math.inf, True),
     "latency_log2_coeff": (0.0, 1e3, True),
     "ring_step_latency_us": (0.0, 1e6, True),
+    "ll_latency_us": (0.0, MAX_LATENCY_US, True),
+    "ll_bandwidth_ratio": (0.0, 1.0, True),
     "intra_node_latency_us": (0.0, MAX_LATENCY_US, False),
     "scale_out_latency_us": (0.0, MAX_LATENCY_US, False),
 }

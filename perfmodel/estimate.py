@@ -114,6 +114,8 @@ def cluster_arrays(
         "ring_inter_node": (shape or {}).get("ring_inter_node", 0.0),
         "latency_log2_coeff": (shape or {}).get("latency_log2_coeff", 0.5),
         "ring_step_latency_s": (shape or {}).get("ring_step_latency_us", 0.0) * US_S,
+        "ll_latency_s": (shape or {}).get("ll_latency_us", 0.0) * US_S,
+        "ll_bandwidth_ratio": (shape or {}).get("ll_bandwidth_ratio", 0.0),
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
         "job_nodes": max(cluster.n_gpus / cluster.gpus_per_node, 1.0),
         "intra_latency_s": gpu.intra_node_latency_us * US_S,

@@ -46,7 +46,7 @@ STEP_INPUTS = (
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
     "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes",
-    "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
+    "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s", "ll_bandwidth_ratio",
     "intra_latency_s", "inter_latency_s",
     # parallel
     "tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "qwz", "hpz", "qgz",
@@ -118,6 +118,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
             congestion_nodes=net["congestion_nodes"], ring_inter_node=net["ring_inter_node"] > 0,
             latency_log2_coeff=net["latency_log2_coeff"], ring_step_latency_s=net["ring_step_latency_s"],
+            ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"],
         )
 
     s_loc = s / cp                      # tokens of one sequence on one CP rank
@@ -299,7 +300,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     sub = z3_rows.take
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
-        "inter_latency_s", "congestion_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s")}
+        "inter_latency_s", "congestion_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
+        "ll_latency_s", "ll_bandwidth_ratio")}
 
     def coll_sub(op, size, n, stride):
         return coll(op, size, n, stride, net=net_sub)

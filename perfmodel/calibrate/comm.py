@@ -10,7 +10,7 @@ applied the same way ``estimate`` applies it (constants, per-GPU latencies, per-
 congestion). A calibration's ``networks[NAME]`` may also carry the collective fit's
 per-fabric values (written by ``perfmodel.calibrate.fit_collectives``): ``nic_efficiency``,
 ``nvlink_efficiency``, ``scale_out_latency_us``, ``intra_node_latency_us``,
-``ring_inter_node``, ``latency_log2_coeff``, ``ring_step_latency_us``,
+``ring_inter_node``, ``latency_log2_coeff``, ``ring_step_latency_us``, ``ll_latency_us``, ``ll_bandwidth_ratio``,
 and op-specific ones prefixed ``all_gather.`` / ``reduce_scatter.`` / ``all_to_all.`` /
 ``send_recv.`` (all_reduce uses the plain keys); those override the global values for that fabric.
 """
@@ -79,6 +79,8 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
         ring_inter_node=bool(inputs["ring_inter_node"]),
         latency_log2_coeff=inputs["latency_log2_coeff"],
         ring_step_latency_s=inputs["ring_step_latency_s"],
+        ll_latency_s=inputs["ll_latency_s"],
+        ll_bandwidth_ratio=inputs["ll_bandwidth_ratio"],
         congestion_nodes=inputs["congestion_nodes"],
     )
 

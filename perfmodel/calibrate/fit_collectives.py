@@ -3,7 +3,7 @@
 One parameter set per system (the ``network`` name: one fabric of one cluster; all files and
 ranks of a system share it), fitted with ``scipy.optimize.least_squares`` (robust ``soft_l1``
 loss) on log(time) over the sizes >= ``min_bytes`` (1 MiB: the sizes training collectives have;
-below it NCCL switches protocol / algorithm, LL / tree, which an alpha-beta form does not follow):
+far below it NCCL's latency depends on the algorithm, ring or tree, and on the message count more than its size):
 
 - intra-node tier (when a single-node table exists; the efficiency also whenever a node runs
   >= 2 ranks): ``nvlink_efficiency`` (achieved fraction of
@@ -12,9 +12,14 @@ below it NCCL switches protocol / algorithm, LL / tree, which an alpha-beta form
   ``latency_log2_coeff`` (latency growth with log2 nodes, when >= 2 node counts),
   ``congestion_nodes`` (bw / (1 + nodes / c), when >= 3 node counts or given as fixed),
   ``ring_step_latency_us`` (flat-ring steps, when >= 2 node counts) and the discrete ``ring_inter_node`` (flat ring vs
-  hierarchical split, the one with the lower loss);
+  hierarchical split, the one with the lower loss); the protocol switch (``ll_latency_us``,
+  ``ll_bandwidth_ratio``: NCCL's low-latency protocol for the smaller sizes), kept only where it
+  removes a quarter of the loss (``LL_MIN_GAIN``), else off;
 - all_to_all and send_recv (other NCCL code paths) get their own inter-node values, stored as
   ``all_to_all.nic_efficiency`` etc., with the intra-node tier shared.
+
+The global and per-GPU values (for fabrics without a fit of their own) come from each system's
+fit without the protocol switch, the form those fabrics are costed with.
 
 The output is a dict of Calibration overrides (``constants`` / ``gpus`` / ``networks``), the
 per-system parameters and a per-table residual DataFrame. Pure: nothing passed in is mutated.
@@ -41,6 +46,11 @@ from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.units import US_S
 
 MIB = 2**20
+F_SCALE = 0.05
+#: NCCL's low-latency protocol (LL / LL128): its latency and its fraction of the bandwidth
+LL_PARAMS = ("ll_latency_us", "ll_bandwidth_ratio")
+#: the loss a fitted low-latency protocol must remove to be kept (a quarter)
+LL_MIN_GAIN = 0.25
 REDUCE_FAMILY = ("all_reduce", "all_gather", "reduce_scatter")
 
 # name: (lower, upper, start); all fitted in log space
@@ -52,6 +62,8 @@ BOUNDS = {
     "latency_log2_coeff": (1e-3, 50.0, 0.5),
     "congestion_nodes": (1.0, 1e6, 500.0),
     "ring_step_latency_us": (1e-3, 1000.0, 1.0),
+    "ll_latency_us": (0.5, 20000.0, 20.0),
+    "ll_bandwidth_ratio": (0.05, 1.0, 0.5),
 }
 
 
@@ -127,39 +139,57 @@ def _free_params(tables: list[_Table], fixed: dict[str, float], intra: bool) -> 
 
 
 def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str, float],
-               intra: bool, base: Calibration) -> tuple[dict[str, float], float]:
-    """Least squares on log time; returns (overrides, loss) for the best ring choice."""
-    names = _free_params(tables, fixed, intra)
+               intra: bool, base: Calibration) -> tuple[dict[str, float], dict[str, float]]:
+    """Least squares on log time over the discrete choices: flat ring or hierarchical split across
+    nodes, and whether a low-latency protocol is fitted (kept only when it lowers the loss by
+    LL_MIN_GAIN: two more parameters must earn their place). Returns (the best overrides, the best
+    without a low-latency protocol: the plain alpha-beta values that GPU-wide defaults are taken from)."""
+    names0 = _free_params(tables, fixed, intra)
     multi = any(t.nodes > 1 for t in tables)
-    best: tuple[dict[str, float], float] | None = None
-    for ring in ((0.0, 1.0) if multi else (0.0,)):
-        def over_of(x):
-            over = dict(base_over)
-            over.update({f"{prefix}{k}": v for k, v in fixed.items()})
-            over.update({f"{prefix}{k}": float(np.exp(v)) for k, v in zip(names, x)})
-            if multi:
-                over[f"{prefix}ring_inter_node"] = ring
-            return over
+    by_ll: dict[bool, tuple[dict[str, float], float]] = {}
+    for ll in ((False, True) if multi else (False,)):
+        names = names0 + [k for k in LL_PARAMS if k not in fixed] if ll else names0
+        cands = [_least_squares(tables, prefix, base_over, fixed, names, ring if multi else None, base)
+                 for ring in ((0.0, 1.0) if multi else (0.0,))]
+        by_ll[ll] = min(cands, key=lambda c: c[1])
+    plain = by_ll[False]
+    # (an absolute floor too: on times the plain form fits exactly, both losses are rounding noise)
+    best = by_ll[True] if True in by_ll and by_ll[True][1] < plain[1] * (1.0 - LL_MIN_GAIN) - 1e-9 else plain
+    return best[0], plain[0]
 
-        def resid(x):
-            over = over_of(x)
-            return np.concatenate([np.log(_predict(t, over, base)) - np.log(t.time_s) for t in tables])
 
-        x0 = np.log([BOUNDS[k][2] for k in names])
-        x, cost = x0, 0.0
-        if names:
-            lo = np.log([BOUNDS[k][0] for k in names])
-            hi = np.log([BOUNDS[k][1] for k in names])
-            # a few deterministic starts (start, and 1/4 and 3/4 of each log range): the latency
-            # terms trade against each other, and one start can stop in a poor local minimum
-            starts = [x0, lo + 0.25 * (hi - lo), lo + 0.75 * (hi - lo)]
-            sols = [least_squares(resid, np.clip(s0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
-                    for s0 in starts]
-            sol = min(sols, key=lambda r: r.cost)
-            x, cost = sol.x, float(sol.cost)
-        if best is None or cost < best[1] - 1e-12:
-            best = (over_of(x), cost)
-    return best
+def _least_squares(tables, prefix, base_over, fixed, names, ring, base):
+    def over_of(x):
+        over = dict(base_over)
+        over.update({f"{prefix}{k}": v for k, v in fixed.items()})
+        over.update({f"{prefix}{k}": float(np.exp(v)) for k, v in zip(names, x)})
+        if ring is not None:
+            over[f"{prefix}ring_inter_node"] = ring
+        return over
+
+    def resid(x):
+        over = over_of(x)
+        return np.concatenate([np.log(_predict(t, over, base)) - np.log(t.time_s) for t in tables])
+
+    x0 = np.log([BOUNDS[k][2] for k in names])
+    x, cost = x0, float(0.5 * np.sum(_soft_l1(resid(x0)))) if not names else 0.0
+    if names:
+        lo = np.log([BOUNDS[k][0] for k in names])
+        hi = np.log([BOUNDS[k][1] for k in names])
+        # a few deterministic starts (start, and 1/4 and 3/4 of each log range): the latency
+        # terms trade against each other, and one start can stop in a poor local minimum
+        starts = [x0, lo + 0.25 * (hi - lo), lo + 0.75 * (hi - lo)]
+        sols = [least_squares(resid, np.clip(s0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=F_SCALE)
+                for s0 in starts]
+        sol = min(sols, key=lambda r: r.cost)
+        x, cost = sol.x, float(sol.cost)
+    return over_of(x), cost
+
+
+def _soft_l1(r):
+    """scipy's soft_l1 loss at f_scale F_SCALE, as least_squares reports it in ``cost`` (x 2)."""
+    z = (np.asarray(r) / F_SCALE) ** 2
+    return F_SCALE**2 * 2.0 * (np.sqrt(1.0 + z) - 1.0)
 
 
 def fit_collectives(
@@ -179,6 +209,7 @@ def fit_collectives(
     fixed = fixed or {}
     tables = _tables(measurements, min_bytes)
     systems: dict[str, dict[str, float]] = {}
+    plain: dict[str, dict[str, float]] = {}  # without a low-latency protocol: the GPU-wide defaults' source
     for net in sorted({network_key(t.m.network) for t in tables}):
         ts = [t for t in tables if network_key(t.m.network) == net]
         fix = dict(fixed.get(net, {}))
@@ -188,15 +219,17 @@ def fit_collectives(
         single = [t for t in main if t.nodes == 1]
         multi = [t for t in main if t.nodes > 1]
         over = _fit_group(single, "", {}, fix, True, base)[0] if single else {}
+        plain[net] = over
         if multi:
-            over = _fit_group(multi, "", over, fix, not single, base)[0]
+            over, plain[net] = _fit_group(multi, "", over, fix, not single, base)
         for op in OP_SPECIFIC:
             sub = [t for t in ts if t.op == op]
             if sub and main:
-                over, _ = _fit_group(sub, f"{op}.", over, fix, False, base)
+                over = _fit_group(sub, f"{op}.", over, fix, False, base)[0]
         systems[net] = over
     residuals = residual_table(tables, systems, base)
-    return {**_overrides(tables, systems), "systems": systems, "residuals": residuals}
+    overrides = _overrides(tables, systems, plain)
+    return {**overrides, "systems": systems, "residuals": residuals}
 
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
@@ -240,11 +273,13 @@ def file_residuals(residuals: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _overrides(tables, systems) -> dict:
-    """Global constants (median over systems), per-GPU latencies, per-network values."""
+def _overrides(tables, systems, plain) -> dict:
+    """Global constants (median over systems), per-GPU latencies, per-network values. The global and
+    per-GPU values serve fabrics without a fit of their own, which the plain alpha-beta form (one
+    protocol) costs: they are taken from each system's fit without a low-latency protocol."""
     gpu_of = {network_key(t.m.network): t.spec.name for t in tables}
     def med(key, nets=None):
-        vals = [systems[n][key] for n in (nets or systems) if key in systems[n]]
+        vals = [plain[n][key] for n in (nets or plain) if key in plain[n]]
         return float(np.median(vals)) if vals else None
 
     constants = {k: v for k in ("nvlink_efficiency", "nic_efficiency") if (v := med(k)) is not None}

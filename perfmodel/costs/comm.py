@@ -29,6 +29,20 @@ Optional refinements (defaults keep the form above; fitted by perfmodel.calibrat
   (Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication operations in
   MPICH", ring all-gather (p-1) alpha + (p-1)/p n beta); NCCL has no tree for all-gather, so at
   hundreds of nodes this term dominates (Polaris all_gather 1 GiB: 26 ms at 2 nodes, 94 ms at 540).
+- ``ll_latency_s`` / ``ll_bandwidth_ratio``: the protocol switch. Across nodes NCCL runs small and
+  mid-size messages with its low-latency protocols (LL: 8-byte stores carrying a 4-byte flag, half
+  the bandwidth; LL128: 120 of 128 bytes) and large ones with Simple, whose latency is higher: NCCL
+  holds a latency and a bandwidth per algorithm and protocol (src/graph/tuning.cc, ``baseLat`` /
+  ``hwLat`` tables, ``ncclTopoTuneModel``) and runs each size with the lowest latency + size / bandwidth
+  (src/enqueue.cc, ``updateCollCostTable``; "Demystifying NCCL", arXiv 2507.04786).
+  The collective takes
+
+      t = min(b + a_simple,  b / r + a_ll),   b = max(intra, inter)
+
+  with a_ll growing with log2 N like a_simple. AWS p5, 2 nodes, all_reduce: 121 us at 1 MiB and
+  205 us at 8 MiB (about 90 GB/s algbw on top of ~110 us), but 601 us at 64 MiB and 4.6 ms at 1 GiB
+  (about 250 GB/s on top of ~330 us): one alpha-beta line cannot pass through both. A ratio of 0
+  (the default) turns the switch off.
 """
 from __future__ import annotations
 
@@ -71,6 +85,8 @@ def collective_time_s(
     latency_log2_coeff=0.5,
     ring_step_latency_s=0.0,
     congestion_nodes=np.inf,
+    ll_latency_s=0.0,
+    ll_bandwidth_ratio=0.0,
 ):
     """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
 
@@ -100,7 +116,16 @@ def collective_time_s(
     )
     ring_steps = (2.0 if op == "all_reduce" else 1.0) * (n - 1.0)
     latency = latency + ring_steps * ring_step_latency_s
-    return np.where(n > 1, np.maximum(intra, inter) + latency, 0.0)
+    bw_time = np.maximum(intra, inter)
+    t = bw_time + latency
+    # NCCL's low-latency protocol (LL / LL128) across domains: a lower latency for a fraction of the
+    # bandwidth; its tuner runs each size with the faster protocol (src/graph/tuning.cc)
+    ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
+    ll_on = crosses & (ratio > 0)
+    ll_latency = ll_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)) + ring_steps * ring_step_latency_s
+    t_ll = bw_time / np.where(ratio > 0, ratio, 1.0) + ll_latency
+    t = np.where(ll_on, np.minimum(t, t_ll), t)
+    return np.where(n > 1, t, 0.0)
 
 
 def bus_bandwidth_bytes_per_s(op: str, size_bytes, group_size, time_s):

@@ -77,6 +77,10 @@ def test_bad_constants_are_named_under_constants(tmp_path, section, key, value):
     ("all_gather.scale_out_latency_us", math.inf),
     ("send_recv.nic_efficiency", 2.0),
     ("all_gather.latency_log2_coeff", True),
+    ("ll_bandwidth_ratio", 1.5),          # the low-latency protocol has at most Simple's bandwidth
+    ("ll_bandwidth_ratio", -0.1),
+    ("ll_latency_us", math.inf),
+    ("all_gather.ll_latency_us", -1.0),
 ])
 def test_bad_network_values_are_refused(tmp_path, key, value):
     err = _error(tmp_path, {"networks": {"efa": {key: value}}})

@@ -172,3 +172,20 @@ def test_a_fabric_may_set_its_own_cross_node_tp_efficiency():
     ib = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 16, 8, 3200, network="ib ndr")
     assert tp_s("ib ndr") == pytest.approx(pm.estimate(model, ib, par, job, shared).time_breakdown_s["tp_comm_s"])
     assert tp_s("efa") > 2.0 * tp_s("ib ndr")
+
+
+def test_protocol_switch_takes_the_faster_protocol_per_size():
+    """NCCL runs each size with the protocol of lower latency + size / bandwidth (src/enqueue.cc
+    updateCollCostTable): min(b + a_simple, b / r + a_ll) across nodes."""
+    sizes = 2.0 ** np.arange(16, 34)
+    args = ("all_reduce", sizes, 16, 1, DOMAIN, NVLINK, NIC, LAT_INTRA, 300e-6)
+    simple = collective_time_s(*args, latency_log2_coeff=0.0)
+    ll = collective_time_s(*args, latency_log2_coeff=0.0, ll_latency_s=50e-6, ll_bandwidth_ratio=0.4)
+    b = simple - 300e-6
+    np.testing.assert_allclose(ll, np.minimum(simple, b / 0.4 + 50e-6), rtol=1e-12)
+    assert ll[0] < simple[0] and ll[-1] == simple[-1]   # small sizes take LL, large ones Simple
+    assert np.all(np.diff(ll) > 0)                      # still monotone in size
+    # inside one node (no domain crossed) the switch does not apply
+    inside = ("all_reduce", sizes, 8, 1, DOMAIN, NVLINK, NIC, LAT_INTRA, 300e-6)
+    np.testing.assert_array_equal(collective_time_s(*inside, ll_latency_s=1e-9, ll_bandwidth_ratio=1.0),
+                                  collective_time_s(*inside))
