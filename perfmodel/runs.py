@@ -17,7 +17,7 @@ from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
-from perfmodel.rules import INTERLEAVED_MICRO, RUN_RULES, VPP_LAYERS
+from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MLP_MATRICES
@@ -43,19 +43,10 @@ CONVENTION_MODEL_X3_4 = "model FLOPs (Megatron formula x3/4)"
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
 FSDP_DEFAULT = {"torchtitan"}
 NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
-#: stacks with Megatron's interleaved 1F1B schedule (Narayanan et al. 2021, Sec. 2.2.2), whose published
-#: runs leave the chunk count out: the schema reads a blank vpp as "interleaving on or unknown, chunk count
-#: unknown" (shared/data/README.md). DeepSpeed's pipeline engine, nanotron, OneFlow and GPT-NeoX have no
-#: interleaved schedule; torchtitan's default schedule (2024) is plain 1F1B.
-INTERLEAVING_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatron-kwai", "meta-internal"}
 
 DEFAULTS_DOC = {
     "precision": "the GPU's default: bf16, fp16 where it has no bf16 tensor cores (V100)",
-    "vpp": "1 (not interleaved) where pp is 1 or the stack has no interleaved schedule; for pp > 1 in a "
-    "Megatron-family stack (Megatron-LM, NeMo, Megatron-Bridge, MegaScale, Megatron-Kwai, Meta's) the chunk "
-    "count, among those Megatron allows (dividing the layers per stage, with at least pp micro-batches), that "
-    "the model finds fastest without exceeding the memory the plain schedule needs: the schema reads a blank "
-    "vpp as interleaving on or unknown, and published recipes are tuned",
+    "vpp": "1 (not interleaved)",
     "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
     "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
     "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "
@@ -360,48 +351,3 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         cp_ulysses=np.zeros(n), offload_fraction=np.zeros(n),
     )
     return inputs, status, reason, recompute_given
-
-
-def open_vpp(df: pd.DataFrame) -> np.ndarray:
-    """Rows whose chunk count the resolver picks: vpp blank, pp > 1, a stack in INTERLEAVING_FRAMEWORKS."""
-    framework = _text(df, "framework")
-    return np.isnan(_num(df, "vpp")) & (_num(df, "pp", 1.0) > 1) & np.isin(framework, list(INTERLEAVING_FRAMEWORKS))
-
-
-def resolve_blank_choices(inputs: dict, recompute_given: np.ndarray, vpp_open: np.ndarray | None = None) -> dict:
-    """The inputs with the documented defaults that depend on the cost model applied (DEFAULTS_DOC):
-    a blank recompute mode becomes the least recomputation that fits (none, else selective, else
-    full); then a blank chunk count (``vpp_open``) the fastest allowed one that needs no more memory
-    than the plain schedule. Returns a new dict; ``inputs`` is not changed."""
-    from perfmodel.step import step_costs
-
-    x = dict(inputs)
-    given = np.asarray(recompute_given, dtype=bool)
-    if not given.all():
-        fits = [np.asarray(step_costs({**x, "recompute": np.where(given, x["recompute"], float(code))})["fits"])
-                for code in (0, 1, 2)]
-        chosen = np.full(len(given), 2.0)
-        for code in (1, 0):
-            chosen = np.where(fits[code], float(code), chosen)
-        x["recompute"] = np.where(given, x["recompute"], chosen)
-    if vpp_open is None or not np.any(vpp_open):
-        return x
-    base = step_costs(x)
-    best_time = np.asarray(base["iteration_time_s"], dtype=float).copy()
-    base_fits = np.asarray(base["fits"], dtype=bool)
-    vpp = x["vpp"].copy()
-    per_stage = np.ceil(x["n_layers"] / x["pp"])
-    for v in range(2, int(per_stage[vpp_open].max()) + 1):
-        layout = {**x, "vpp": np.full_like(vpp, float(v))}
-        allowed = vpp_open & ~np.asarray(VPP_LAYERS.broken(layout), dtype=bool) & ~np.asarray(
-            INTERLEAVED_MICRO.broken(layout), dtype=bool)
-        if not allowed.any():
-            continue
-        out = step_costs({**x, "vpp": np.where(allowed, float(v), x["vpp"])})
-        t = np.asarray(out["iteration_time_s"], dtype=float)
-        better = allowed & (t < best_time) & (np.asarray(out["fits"], dtype=bool) | ~base_fits)
-        best_time = np.where(better, t, best_time)
-        vpp = np.where(better, float(v), vpp)
-    x["vpp"] = vpp
-    return x
-

@@ -11,8 +11,7 @@ import pandas as pd
 
 from perfmodel.calibration_profile import Calibration
 from perfmodel.costs.flops import megatron_eq3_flops_per_iteration, model_flops_per_token
-from perfmodel.runs import (CONVENTION_EQ3, CONVENTION_MODEL_X3_4, open_vpp, resolve_blank_choices, runs_to_inputs,
-                            tflops_convention)
+from perfmodel.runs import CONVENTION_EQ3, CONVENTION_MODEL_X3_4, runs_to_inputs, tflops_convention
 from perfmodel.step import step_costs
 
 PRED_COLUMNS = ["run_id", "status", "reason", "pred_iteration_time_s", "pred_tokens_per_s_per_gpu",
@@ -28,11 +27,16 @@ def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd
     """One prediction row per input row, in input order (columns ``PRED_COLUMNS``)."""
     inputs, status, reason, recompute_given = runs_to_inputs(df, calibration)
     n = len(df)
-    # blank recompute: the least that fits; blank chunk count in a Megatron-family stack: the fastest allowed
-    pred = step_costs(resolve_blank_choices(inputs, recompute_given, open_vpp(df) & (status == "ok")))
+    # rows without a stated recompute mode: the least recomputation that fits
+    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(code))})
+             for code in (0, 1, 2)]
+    chosen = np.full(n, 2)
+    for code in (1, 0):
+        chosen = np.where(np.asarray(tries[code]["fits"]), code, chosen)
+    chosen = np.where(recompute_given, 0, chosen)
 
     def pick(key):
-        return np.asarray(pred[key], dtype=float)
+        return np.choose(chosen, [np.asarray(t[key], dtype=float) for t in tries])
 
     ok = status == "ok"
     out = pd.DataFrame({

@@ -29,7 +29,7 @@ from scipy.optimize import least_squares
 
 from perfmodel.calibration_profile import Calibration
 from perfmodel.frameworks import PROFILES
-from perfmodel.runs import open_vpp, resolve_blank_choices, runs_to_inputs
+from perfmodel.runs import runs_to_inputs
 from perfmodel.step import step_costs
 from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
 
@@ -94,8 +94,12 @@ def _gpu_states(df: pd.DataFrame, base: Calibration, field: str) -> np.ndarray:
 
 def _prepare(df: pd.DataFrame, base: Calibration):
     inputs, status, _, recompute_given = runs_to_inputs(df, base)
-    # the blank cells the cost model settles (recompute, chunk count), once, with the starting calibration
-    inputs = resolve_blank_choices(inputs, recompute_given, open_vpp(df) & (status == "ok"))
+    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(c))})
+             for c in (0, 1, 2)]
+    chosen = np.full(len(df), 2.0)
+    for code in (1.0, 0.0):
+        chosen = np.where(np.asarray(tries[int(code)]["fits"]), code, chosen)
+    inputs["recompute"] = np.where(recompute_given, inputs["recompute"], chosen)
     truth = measured_tokens_per_s_per_gpu(df)
     ok = (status == "ok") & np.isfinite(truth) & (truth > 0)
     return inputs, ok, truth

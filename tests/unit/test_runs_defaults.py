@@ -107,33 +107,3 @@ def test_blank_precision_follows_the_gpu_profile_not_its_name(tmp_path):
     _, status, reason, _ = runs_to_inputs(df)
     assert status[0] == "ok", reason[0]
     assert "V100" in DEFAULTS_DOC["precision"]
-
-
-def test_blank_chunk_count_is_interleaved_in_megatron_family_stacks_only():
-    """A blank vpp reads 'interleaving on or unknown' (runs schema): in a Megatron-family stack with
-    pp > 1 it becomes the fastest chunk count Megatron allows that needs no more memory than the plain
-    schedule; stacks without an interleaved schedule, pp = 1 and stated counts keep theirs."""
-    import numpy as np
-
-    from perfmodel.runs import open_vpp, resolve_blank_choices
-    from perfmodel.step import step_costs
-
-    # 72 layers over pp 12: 6 per stage, so 2, 3 and 6 chunks are allowed; 128 micro-batches per step
-    base = dict(ROW, n_layers=72, recompute="full")
-    df = pd.DataFrame([dict(base, run_id="t-001", framework="megatron-lm"),
-                       dict(base, run_id="t-002", framework="megatron-deepspeed"),
-                       dict(base, run_id="t-003", framework="megatron-lm", vpp=2),
-                       dict(base, run_id="t-004", framework="nanotron"),
-                       dict(base, run_id="t-005", framework="nemo", pp=1, dp=96, global_batch=1536)])
-    inputs, status, reason, given = runs_to_inputs(df)
-    assert list(status) == ["ok"] * 5, reason
-    assert list(open_vpp(df)) == [True, False, False, False, False]
-    chosen = resolve_blank_choices(inputs, given, open_vpp(df))
-    assert chosen["vpp"][0] in (2.0, 3.0, 6.0)
-    assert list(chosen["vpp"][1:]) == [1.0, 2.0, 1.0, 1.0]
-    assert list(inputs["vpp"]) == [1.0, 1.0, 2.0, 1.0, 1.0]  # the inputs themselves are left alone
-    plain, inter = step_costs(inputs), step_costs(chosen)
-    assert inter["iteration_time_s"][0] < plain["iteration_time_s"][0]  # a smaller bubble
-    assert inter["bubble_s"][0] < plain["bubble_s"][0]
-    assert not np.asarray(plain["fits"])[0] or np.asarray(inter["fits"])[0]
-    assert "interleaving on or unknown" in DEFAULTS_DOC["vpp"]
