@@ -46,7 +46,9 @@ NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
 
 DEFAULTS_DOC = {
     "precision": "the GPU's default: bf16, fp16 where it has no bf16 tensor cores (V100)",
-    "vpp": "1 (not interleaved)",
+    "vpp": "1 (not interleaved), as the interface contract states (shared/CONTRACT.md), though the schema reads a "
+    "blank as 'interleaving on or unknown': a Megatron-family run that interleaved without stating the chunk "
+    "count is costed with the plain 1F1B bubble, (pp - 1) / micro-batches, and comes out slow by it",
     "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
     "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
     "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "

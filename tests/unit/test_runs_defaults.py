@@ -107,3 +107,15 @@ def test_blank_precision_follows_the_gpu_profile_not_its_name(tmp_path):
     _, status, reason, _ = runs_to_inputs(df)
     assert status[0] == "ok", reason[0]
     assert "V100" in DEFAULTS_DOC["precision"]
+
+
+def test_blank_chunk_count_is_one_as_the_contract_states():
+    """shared/CONTRACT.md: 'vpp blank -> 1', in every stack (Megatron's interleaving included)."""
+    df = pd.DataFrame([dict(ROW, run_id=f"t-00{i}", framework=fw, n_layers=72)
+                       for i, fw in enumerate(("megatron-lm", "nemo", "megatron-bridge", "nanotron"), 1)])
+    inputs, status, reason, _ = runs_to_inputs(df)
+    assert list(status) == ["ok"] * 4, reason
+    assert list(inputs["vpp"]) == [1.0] * 4
+    given = runs_to_inputs(pd.DataFrame([dict(ROW, framework="megatron-lm", n_layers=72, vpp=3)]))[0]
+    assert given["vpp"][0] == 3.0
+    assert DEFAULTS_DOC["vpp"].startswith("1 (not interleaved)")
