@@ -71,6 +71,14 @@ DEFAULTS_DOC = {
     "gpus_per_node": "the GPU profile's default_gpus_per_node",
     "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
     "n_kv_heads": "n_heads (multi-head attention)",
+    "n_heads": "of the head counts that divide hidden_size and that tp divides, the one whose head dimension is "
+    "nearest 128 (GPT-3 175B, Llama, Mistral); attention FLOPs do not depend on it, only the head-dimension "
+    "efficiency of flash attention and the layout rules do",
+    "ffn_hidden_size": "4 x hidden_size for GELU and squared-ReLU MLPs; for SwiGLU Llama's 2/3 of that, rounded up "
+    "to a multiple of 256 (4096 -> 11008)",
+    "tp, pp": "1",
+    "dp": "n_gpus / (tp x pp x cp) where that is whole; n_gpus blank: tp x pp x dp x cp",
+    "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
@@ -104,8 +112,72 @@ def tflops_convention(df: pd.DataFrame) -> np.ndarray:
         "").str.strip().to_numpy()
 
 
-REQUIRED = ("run_id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "gpu", "n_gpus",
-            "tp", "pp", "dp", "global_batch")
+#: what no default can stand in for: a row without one of these is invalid
+REQUIRED = ("run_id", "n_layers", "hidden_size", "seq_len", "gpu")
+#: head dimension a blank head count aims at (GPT-3 175B, Llama, Mistral, Qwen: 128)
+DEFAULT_HEAD_DIM = 128
+#: Llama's SwiGLU width: 2/3 of 4h, rounded up to a multiple of 256 (meta-llama model.py ``multiple_of``)
+SWIGLU_MULTIPLE_OF = 256
+
+
+def default_heads(hidden_size: int, tp: int) -> int | None:
+    """A blank head count: of the counts that divide the width and that tp divides, the one whose head
+    dimension is nearest DEFAULT_HEAD_DIM (the smaller count on a tie); None if there is none."""
+    best = None
+    for a in range(tp, hidden_size + 1, tp):
+        if hidden_size % a == 0:
+            key = (abs(hidden_size / a - DEFAULT_HEAD_DIM), a)
+            best = key if best is None or key < best else best
+        if hidden_size / a < DEFAULT_HEAD_DIM / 4:  # head dims only shrink from here on
+            break
+    return None if best is None else int(best[1])
+
+
+def default_ffn(hidden_size, mlp):
+    """A blank MLP width: 4h (GPT's GELU, Nemotron's squared ReLU), Llama's 8h/3 rounded up to a multiple
+    of 256 for SwiGLU (4096 -> 11008)."""
+    h = np.asarray(hidden_size, dtype=float)
+    swiglu = np.ceil(np.floor(8.0 * h / 3.0) / SWIGLU_MULTIPLE_OF) * SWIGLU_MULTIPLE_OF
+    return np.where(np.asarray(mlp) == "swiglu", swiglu, 4.0 * h)
+
+
+def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` with the blank model-shape and layout cells that DEFAULTS_DOC settles filled in
+    (tp, pp, then dp or n_gpus from tp*pp*dp*cp = n_gpus, micro-batch count 1's global batch, MLP width,
+    head count). Cells that are given are left as they are; columns the CSV lacks count as blank."""
+    out = df.copy()
+    n = len(out)
+
+    def col(name):
+        return _num(out, name)
+
+    def put(name, values):
+        out[name] = values
+
+    mlp = _text(out, "mlp")
+    put("tp", np.where(np.isnan(col("tp")), 1.0, col("tp")))
+    put("pp", np.where(np.isnan(col("pp")), 1.0, col("pp")))
+    cp = np.nan_to_num(col("cp"), nan=1.0)
+    model_parallel = col("tp") * col("pp") * cp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dp_from_gpus = col("n_gpus") / model_parallel
+        put("dp", np.where(np.isnan(col("dp")) & (np.mod(dp_from_gpus, 1) == 0) & (dp_from_gpus >= 1),
+                           dp_from_gpus, col("dp")))
+    put("n_gpus", np.where(np.isnan(col("n_gpus")), model_parallel * col("dp"), col("n_gpus")))
+    # no gradient accumulation: one micro-batch per data-parallel rank (micro-batch 1 when that is blank too)
+    put("global_batch", np.where(np.isnan(col("global_batch")), np.nan_to_num(col("micro_batch"), nan=1.0) * col("dp"),
+                                 col("global_batch")))
+    h = col("hidden_size")
+    put("ffn_hidden_size", np.where(np.isnan(col("ffn_hidden_size")) & np.isfinite(h), default_ffn(h, mlp),
+                                    col("ffn_hidden_size")))
+    heads = col("n_heads").copy()
+    tp = col("tp")
+    for i in np.flatnonzero(np.isnan(heads)):
+        if np.isfinite(h[i]) and np.isfinite(tp[i]) and h[i] >= 1 and tp[i] >= 1 and h[i] % 1 == 0 and tp[i] % 1 == 0:
+            a = default_heads(int(h[i]), int(tp[i]))
+            heads[i] = np.nan if a is None else float(a)
+    put("n_heads", heads)
+    return out if n else df
 
 
 def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:
@@ -149,6 +221,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     """
     cal = calibration if calibration is not None else load_calibration(None)
     constants = cal.cost_constants()
+    for col in REQUIRED:
+        if col not in df:
+            raise InputError(col, "required column missing from the runs CSV")
+    df = _fill_blank_layout(df)
     n = len(df)
     status = np.full(n, "ok", dtype=object)
     reason = np.full(n, "", dtype=object)
@@ -168,6 +244,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     for col in REQUIRED:
         blank = df[col].isna().to_numpy() | (df[col].astype(str).str.strip() == "").to_numpy()
         mark(blank, "invalid", f"{col}: blank (required)")
+    mark(np.isnan(_num(df, "n_heads")), "invalid",
+         "n_heads: blank, and no head count both divides hidden_size and is divisible by tp")
     # sizes: whole numbers >= 1 (blank optional ones are filled below)
     for col in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "n_gpus", "tp", "pp", "dp",
                 "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node"):

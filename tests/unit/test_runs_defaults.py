@@ -119,3 +119,32 @@ def test_blank_chunk_count_is_one_as_the_contract_states():
     given = runs_to_inputs(pd.DataFrame([dict(ROW, framework="megatron-lm", n_layers=72, vpp=3)]))[0]
     assert given["vpp"][0] == 3.0
     assert DEFAULTS_DOC["vpp"].startswith("1 (not interleaved)")
+
+
+def test_blank_shape_and_layout_cells_get_documented_defaults_not_an_error():
+    """CONTRACT.md: blank cells get documented defaults, never an error. A blank head count, MLP width,
+    tp, pp, dp, GPU count or global batch is filled; only what nothing can stand in for stays invalid."""
+    from perfmodel.runs import default_ffn, default_heads
+
+    # BLOOM's 13824-wide variant without its head count (bigscience chronicles): 96 heads of 144, tp 8
+    assert default_heads(13824, 8) == 96
+    assert default_heads(4096, 1) == 32 and default_heads(12288, 8) == 96
+    assert default_heads(7, 2) is None
+    assert list(default_ffn([4096, 4096], ["swiglu", "gelu"])) == [11008.0, 16384.0]  # Llama-2 7B; GPT
+    rows = [dict(ROW, run_id="t-001", n_heads=None, framework="megatron-deepspeed"),
+            dict(ROW, run_id="t-002", ffn_hidden_size=None, mlp="swiglu", framework="nemo"),
+            dict(ROW, run_id="t-003", dp=None, framework="nemo"),
+            dict(ROW, run_id="t-004", n_gpus=None, framework="nemo"),
+            dict(ROW, run_id="t-005", tp=None, pp=None, dp=None, n_gpus=8, micro_batch=1, global_batch=None),
+            dict(ROW, run_id="t-006", hidden_size=None),
+            dict(ROW, run_id="t-007", n_heads=None, hidden_size=14337)]   # prime-ish width: no head count
+    inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
+    assert list(status[:5]) == ["ok"] * 5, reason
+    assert inputs["n_heads"][0] == 112.0 and inputs["n_kv_heads"][0] == 112.0  # 14336 / 128, tp 4 divides it
+    assert inputs["ffn_hidden_size"][1] == 38400.0   # 8 x 14336 / 3 = 38229 -> next multiple of 256
+    assert inputs["dp"][2] == 8.0 and inputs["dp"][3] == 8.0
+    assert (inputs["tp"][4], inputs["pp"][4], inputs["dp"][4], inputs["global_batch"][4]) == (1.0, 1.0, 8.0, 8.0)
+    assert status[5] == "invalid" and reason[5] == "hidden_size: blank (required)"
+    assert status[6] == "invalid" and reason[6].startswith("n_heads: blank")
+    for key in ("n_heads", "ffn_hidden_size", "dp", "global_batch"):
+        assert key in DEFAULTS_DOC
