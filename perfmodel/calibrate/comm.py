@@ -85,6 +85,15 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
     )
 
 
+def protocol_of(op: str, size_bytes: float, n_gpus: int, inputs: dict[str, float]) -> str | None:
+    """Which protocol the model runs the collective with, where the fabric has a fitted protocol switch
+    (``ll_bandwidth_ratio`` > 0): 'low-latency (LL/LL128)' or 'Simple'; None without a switch."""
+    if not inputs.get("ll_bandwidth_ratio", 0.0) > 0:
+        return None
+    simple = collective_time(op, size_bytes, n_gpus, {**inputs, "ll_bandwidth_ratio": 0.0})
+    return "low-latency (LL/LL128)" if collective_time(op, size_bytes, n_gpus, inputs) < simple else "Simple"
+
+
 def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, scale_out) -> None:
     if op not in OPS:
         raise InputError("op", f"must be one of {', '.join(OPS)} (got {op!r})")
@@ -116,12 +125,8 @@ def comm_result(
     calibration: Calibration | None = None,
 ) -> dict[str, float]:
     """``{"time_s", "algbw_gb_per_s", "busbw_gb_per_s"}`` as nccl-tests defines them."""
-    from perfmodel.catalog import load_gpu
-
     check_request(op, size_bytes, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node)
-    spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
-    cal = calibration if calibration is not None else load_calibration(None)
-    inputs = collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
+    inputs = _inputs(op, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration)
     time_s = float(collective_time(op, size_bytes, n_gpus, inputs))
     algbw = size_bytes / time_s / GB_BYTES if time_s > 0 else 0.0
     return {
@@ -129,6 +134,14 @@ def comm_result(
         "algbw_gb_per_s": algbw,
         "busbw_gb_per_s": algbw * float(op_factor(op, n_gpus)),
     }
+
+
+def _inputs(op, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration):
+    from perfmodel.catalog import load_gpu
+
+    spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
+    cal = calibration if calibration is not None else load_calibration(None)
+    return collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
 
 
 def comm_command(
@@ -164,5 +177,8 @@ def comm_command(
         ("algbw", f"{out['algbw_gb_per_s']:.2f} GB/s"),
         ("busbw", f"{out['busbw_gb_per_s']:.2f} GB/s"),
     ]
+    protocol = protocol_of(op, size_bytes, gpus, _inputs(op, gpus, gpus_per_node, gpu, scale_out, network, cal))
+    if protocol:  # only fabrics whose nccl-tests logs showed a protocol switch have one
+        rows.append(("protocol", protocol))
     width = max(len(k) for k, _ in rows)
     typer.echo("\n".join(f"  {k:<{width}}  {v}" for k, v in rows))

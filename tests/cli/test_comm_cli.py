@@ -50,6 +50,18 @@ def test_calibration_is_applied():
 def test_human_table():
     res = runner.invoke(app, [*BASE, "--op", "all_gather", "--bytes", "1048576", "--gpus", "8"])
     assert res.exit_code == 0 and "busbw" in res.stdout
+    assert "protocol" not in res.stdout  # one node: no fitted protocol switch applies
+
+
+def test_human_table_names_the_protocol_on_a_fabric_with_a_switch():
+    """EFA's fitted switch (AWS p5 logs): 1 MiB runs with the low-latency protocol, 256 MiB with Simple."""
+    def protocol(size):
+        res = runner.invoke(app, [*BASE, "--op", "all_reduce", "--bytes", str(size), "--gpus", "16", "--network", "EFA"])
+        assert res.exit_code == 0, res.output
+        return next(line.split(None, 1)[1] for line in res.stdout.splitlines() if line.split()[0] == "protocol")
+
+    assert protocol(2**20).startswith("low-latency")
+    assert protocol(2**28) == "Simple"
 
 
 @pytest.mark.parametrize("args, field", [
