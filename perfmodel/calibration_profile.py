@@ -141,6 +141,15 @@ def _check_network(net: str, over: dict, constants: dict, where: str) -> None:
                 low = f">= {lo:g}" if lo_allowed else f"> {lo:g}"
                 high = " (or .inf: non-blocking)" if math.isinf(hi) else f" and <= {hi:g}"
                 raise InputError(field, f"must be {low}{high} (got {value!r})", where=where)
+    # the protocol switch is a pair: a low-latency protocol needs its own latency, for every op it applies to
+    for op in ("", *NETWORK_OP_SPECIFIC):
+        def value(key):
+            return over.get(f"{op}.{key}", over.get(key, 0.0)) if op else over.get(key, 0.0)
+
+        if value("ll_bandwidth_ratio") > 0 and not value("ll_latency_us") > 0:
+            key = f"{op}.ll_latency_us" if op and f"{op}.ll_bandwidth_ratio" in over else "ll_latency_us"
+            raise InputError(f"calibration.networks.{net}.{key}",
+                             "must be > 0 where ll_bandwidth_ratio > 0 (the low-latency protocol's latency)", where=where)
 
 
 def _check_gpu_override(name: str, over: dict, where: str) -> None:

@@ -20,7 +20,8 @@ from perfmodel.frameworks import uses_flash_attention
 from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
-from perfmodel.specs.model import MLP_MATRICES
+from perfmodel.limits import MAX_COUNT, MAX_GPUS
+from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 
 MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
@@ -114,22 +115,33 @@ def tflops_convention(df: pd.DataFrame) -> np.ndarray:
 
 #: what no default can stand in for: a row without one of these is invalid
 REQUIRED = ("run_id", "n_layers", "hidden_size", "seq_len", "gpu")
+#: the largest stated size a run may have: the model specs' own bounds (perfmodel/specs/model.py) and the
+#: search's array limits (perfmodel/limits.py)
+SIZE_LIMITS = {
+    "n_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "ffn_hidden_size": MAX_WIDTH, "n_heads": MAX_HEADS,
+    "n_kv_heads": MAX_HEADS, "vocab_size": MAX_VOCAB, "seq_len": MAX_SEQ_LEN, "n_gpus": MAX_GPUS, "tp": MAX_GPUS,
+    "pp": MAX_GPUS, "dp": MAX_GPUS, "cp": MAX_GPUS, "gpus_per_node": MAX_GPUS, "global_batch": MAX_COUNT,
+    "micro_batch": MAX_COUNT, "vpp": MAX_COUNT,
+}
 #: head dimension a blank head count aims at (GPT-3 175B, Llama, Mistral, Qwen: 128)
 DEFAULT_HEAD_DIM = 128
 #: Llama's SwiGLU width: 2/3 of 4h, rounded up to a multiple of 256 (meta-llama model.py ``multiple_of``)
 SWIGLU_MULTIPLE_OF = 256
 
 
-def default_heads(hidden_size: int, tp: int) -> int | None:
-    """A blank head count: of the counts that divide the width and that tp divides, the one whose head
-    dimension is nearest DEFAULT_HEAD_DIM (the smaller count on a tie); None if there is none."""
+def default_heads(hidden_size: int, tp: int, kv_heads: int | None = None) -> int | None:
+    """A blank head count: of the counts that divide the width, that tp divides and that a given key/value
+    head count divides, the one whose head dimension is nearest DEFAULT_HEAD_DIM (the smaller count on a
+    tie); None if no head dimension from 16 to 1024 gives one."""
     best = None
-    for a in range(tp, hidden_size + 1, tp):
-        if hidden_size % a == 0:
-            key = (abs(hidden_size / a - DEFAULT_HEAD_DIM), a)
-            best = key if best is None or key < best else best
-        if hidden_size / a < DEFAULT_HEAD_DIM / 4:  # head dims only shrink from here on
-            break
+    for d in range(16, 1025):
+        if hidden_size % d:
+            continue
+        a = hidden_size // d
+        if a % tp or (kv_heads and a % kv_heads):
+            continue
+        key = (abs(d - DEFAULT_HEAD_DIM), a)
+        best = key if best is None or key < best else best
     return None if best is None else int(best[1])
 
 
@@ -141,43 +153,65 @@ def default_ffn(hidden_size, mlp):
     return np.where(np.asarray(mlp) == "swiglu", swiglu, 4.0 * h)
 
 
+def _blank(df: pd.DataFrame, col: str) -> np.ndarray:
+    """Cells not stated: NaN / None or only spaces (a column the CSV lacks is all blank)."""
+    if col not in df:
+        return np.ones(len(df), dtype=bool)
+    return df[col].isna().to_numpy() | (df[col].astype(str).str.strip() == "").to_numpy()
+
+
+def _whole(x) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(x) & (x >= 1) & (np.mod(x, 1) == 0)
+
+
 def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``df`` with the blank model-shape and layout cells that DEFAULTS_DOC settles filled in
-    (tp, pp, then dp or n_gpus from tp*pp*dp*cp = n_gpus, micro-batch count 1's global batch, MLP width,
-    head count). Cells that are given are left as they are; columns the CSV lacks count as blank."""
+    (tp, pp and dp from tp*pp*dp*cp = n_gpus where the others are stated, else tp and pp 1; n_gpus from
+    the product; one micro-batch's global batch; the MLP width; the head count). Only blank cells are
+    filled, and only from stated values that are whole numbers >= 1: a bad stated cell is reported as
+    itself, never hidden behind a default."""
     out = df.copy()
-    n = len(out)
 
-    def col(name):
-        return _num(out, name)
+    def num(name):
+        return _num(out, name).copy()
 
-    def put(name, values):
-        out[name] = values
-
-    mlp = _text(out, "mlp")
-    put("tp", np.where(np.isnan(col("tp")), 1.0, col("tp")))
-    put("pp", np.where(np.isnan(col("pp")), 1.0, col("pp")))
-    cp = np.nan_to_num(col("cp"), nan=1.0)
-    model_parallel = col("tp") * col("pp") * cp
+    blank = {c: _blank(df, c) for c in ("tp", "pp", "dp", "n_gpus", "global_batch", "ffn_hidden_size", "n_heads")}
+    tp, pp, dp, gpus = num("tp"), num("pp"), num("dp"), num("n_gpus")
+    cp = np.where(_blank(df, "cp"), 1.0, num("cp"))
     with np.errstate(invalid="ignore", divide="ignore"):
-        dp_from_gpus = col("n_gpus") / model_parallel
-        put("dp", np.where(np.isnan(col("dp")) & (np.mod(dp_from_gpus, 1) == 0) & (dp_from_gpus >= 1),
-                           dp_from_gpus, col("dp")))
-    put("n_gpus", np.where(np.isnan(col("n_gpus")), model_parallel * col("dp"), col("n_gpus")))
-    # no gradient accumulation: one micro-batch per data-parallel rank (micro-batch 1 when that is blank too)
-    put("global_batch", np.where(np.isnan(col("global_batch")), np.nan_to_num(col("micro_batch"), nan=1.0) * col("dp"),
-                                 col("global_batch")))
-    h = col("hidden_size")
-    put("ffn_hidden_size", np.where(np.isnan(col("ffn_hidden_size")) & np.isfinite(h), default_ffn(h, mlp),
-                                    col("ffn_hidden_size")))
-    heads = col("n_heads").copy()
-    tp = col("tp")
-    for i in np.flatnonzero(np.isnan(heads)):
-        if np.isfinite(h[i]) and np.isfinite(tp[i]) and h[i] >= 1 and tp[i] >= 1 and h[i] % 1 == 0 and tp[i] % 1 == 0:
-            a = default_heads(int(h[i]), int(tp[i]))
-            heads[i] = np.nan if a is None else float(a)
-    put("n_heads", heads)
-    return out if n else df
+        # one blank size among tp, pp, dp that the stated others and the GPU count determine
+        for name, x, others in (("tp", tp, (pp, dp)), ("pp", pp, (tp, dp)), ("dp", dp, (tp, pp))):
+            q = gpus / (others[0] * others[1] * cp)
+            known = _whole(gpus) & _whole(others[0]) & _whole(others[1]) & _whole(cp)
+            fill = blank[name] & ~blank["n_gpus"] & known & _whole(q)
+            x[fill] = q[fill]
+        tp[blank["tp"] & np.isnan(tp)] = 1.0
+        pp[blank["pp"] & np.isnan(pp)] = 1.0
+        q = gpus / (tp * pp * cp)
+        fill = blank["dp"] & np.isnan(dp) & _whole(gpus) & _whole(tp) & _whole(pp) & _whole(cp) & _whole(q)
+        dp[fill] = q[fill]
+        prod = tp * pp * dp * cp
+        fill = blank["n_gpus"] & _whole(prod)
+        gpus[fill] = prod[fill]
+        mb = np.where(_blank(df, "micro_batch"), 1.0, num("micro_batch"))
+        gb = num("global_batch")
+        fill = blank["global_batch"] & _whole(mb) & _whole(dp)
+        gb[fill] = (mb * dp)[fill]
+    h = num("hidden_size")
+    ffn = num("ffn_hidden_size")
+    fill = blank["ffn_hidden_size"] & _whole(h)
+    ffn[fill] = default_ffn(h, _text(out, "mlp"))[fill]
+    heads = num("n_heads")
+    kv = num("n_kv_heads")
+    for i in np.flatnonzero(blank["n_heads"] & _whole(h) & (h <= MAX_WIDTH) & _whole(tp)):
+        a = default_heads(int(h[i]), int(tp[i]), int(kv[i]) if _whole(kv[i]) else None)
+        heads[i] = np.nan if a is None else float(a)
+    for name, x in (("tp", tp), ("pp", pp), ("dp", dp), ("n_gpus", gpus), ("global_batch", gb),
+                    ("ffn_hidden_size", ffn), ("n_heads", heads)):
+        out[name] = np.where(blank[name], x, df[name].to_numpy(dtype=object) if name in df else x)
+    return out
 
 
 def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:
@@ -224,7 +258,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     for col in REQUIRED:
         if col not in df:
             raise InputError(col, "required column missing from the runs CSV")
-    df = _fill_blank_layout(df)
+    stated = df
+    df = _fill_blank_layout(stated)
     n = len(df)
     status = np.full(n, "ok", dtype=object)
     reason = np.full(n, "", dtype=object)
@@ -242,17 +277,23 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         for i in np.flatnonzero(errs != ""):
             mark(np.arange(n) == i, "invalid", errs[i])
     for col in REQUIRED:
-        blank = df[col].isna().to_numpy() | (df[col].astype(str).str.strip() == "").to_numpy()
-        mark(blank, "invalid", f"{col}: blank (required)")
+        mark(_blank(stated, col), "invalid", f"{col}: blank (required)")
+    # stated sizes: whole numbers >= 1 (checked as stated, before any blank is filled from them)
+    sizes = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "n_gpus", "tp", "pp", "dp",
+             "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node")
+    for col in sizes:
+        if col not in stated:
+            continue
+        x = _num(stated, col)
+        text = ~_blank(stated, col) & np.isnan(x)  # a DataFrame cell that is not a number (the CSV reader flags these)
+        mark(text, "invalid", f"{col}: must be a number")
+        mark(~np.isnan(x) & ~_whole(x), "invalid", f"{col}: must be a whole number >= 1")
+        mark(~np.isnan(x) & (x > SIZE_LIMITS[col]), "invalid", f"{col}: must be at most {SIZE_LIMITS[col]:,}")
+    # blanks no default could fill
     mark(np.isnan(_num(df, "n_heads")), "invalid",
-         "n_heads: blank, and no head count both divides hidden_size and is divisible by tp")
-    # sizes: whole numbers >= 1 (blank optional ones are filled below)
-    for col in ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "n_gpus", "tp", "pp", "dp",
-                "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node"):
-        x = _num(df, col)
-        given = ~np.isnan(x)
-        mark(given & ~(np.isfinite(x) & (x >= 1) & (np.mod(x, 1) == 0)), "invalid",
-             f"{col}: must be a whole number >= 1")
+         "n_heads: blank, and no head count divides hidden_size with tp (and n_kv_heads) dividing it")
+    mark(np.isnan(_num(df, "dp")) & _blank(stated, "n_gpus"), "invalid", "dp: blank, and n_gpus blank too")
+    mark(np.isnan(_num(df, "dp")), "invalid", "dp: blank, and n_gpus / (tp x pp x cp) is not a whole number")
     for col in ("scale_out_gbit_per_s_per_node",):
         x = _num(df, col)
         mark(~np.isnan(x) & ~(np.isfinite(x) & (x > 0)), "invalid", f"{col}: must be a positive number")

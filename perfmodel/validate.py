@@ -25,6 +25,9 @@ def source_slug(run_id: pd.Series) -> pd.Series:
 
 def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd.DataFrame:
     """One prediction row per input row, in input order (columns ``PRED_COLUMNS``)."""
+    if len(df) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("run_id", "status", "reason") else float)
+                             for c in PRED_COLUMNS})
     inputs, status, reason, recompute_given = runs_to_inputs(df, calibration)
     n = len(df)
     # rows without a stated recompute mode: the least recomputation that fits

@@ -87,9 +87,10 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
 
 def protocol_of(op: str, size_bytes: float, n_gpus: int, inputs: dict[str, float]) -> str | None:
     """Which protocol the model runs the collective with, where the fabric has a fitted protocol switch
-    (``ll_bandwidth_ratio`` > 0): 'low-latency (LL/LL128)' or 'Simple'; None without a switch."""
-    if not inputs.get("ll_bandwidth_ratio", 0.0) > 0:
-        return None
+    (``ll_bandwidth_ratio`` > 0) and the group crosses NVLink domains: 'low-latency (LL/LL128)' or
+    'Simple'; None otherwise."""
+    if not inputs.get("ll_bandwidth_ratio", 0.0) > 0 or n_gpus <= inputs["nvlink_domain_gpus"]:
+        return None  # no switch fitted, or the group stays inside one NVLink domain, where it does not apply
     simple = collective_time(op, size_bytes, n_gpus, {**inputs, "ll_bandwidth_ratio": 0.0})
     return "low-latency (LL/LL128)" if collective_time(op, size_bytes, n_gpus, inputs) < simple else "Simple"
 

@@ -62,8 +62,10 @@ BOUNDS = {
     "latency_log2_coeff": (1e-3, 50.0, 0.5),
     "congestion_nodes": (1.0, 1e6, 500.0),
     "ring_step_latency_us": (1e-3, 1000.0, 1.0),
-    "ll_latency_us": (0.5, 20000.0, 20.0),
-    "ll_bandwidth_ratio": (0.05, 1.0, 0.5),
+    # NCCL's low-latency protocols: LL carries 4 data bytes per 8 (ratio 1/2), LL128 120 per 128; below a
+    # tenth, or a latency under a microsecond across nodes, the "protocol" only bends the fit to one point
+    "ll_latency_us": (1.0, 20000.0, 20.0),
+    "ll_bandwidth_ratio": (0.1, 1.0, 0.5),
 }
 
 
@@ -146,16 +148,33 @@ def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str
     without a low-latency protocol: the plain alpha-beta values that GPU-wide defaults are taken from)."""
     names0 = _free_params(tables, fixed, intra)
     multi = any(t.nodes > 1 for t in tables)
+    # an op's own fit (prefix) must not inherit the all_reduce protocol switch in its "without" variant
+    off = {"ll_bandwidth_ratio": 0.0} if prefix and base_over.get("ll_bandwidth_ratio", 0.0) > 0 else {}
     by_ll: dict[bool, tuple[dict[str, float], float]] = {}
     for ll in ((False, True) if multi else (False,)):
         names = names0 + [k for k in LL_PARAMS if k not in fixed] if ll else names0
-        cands = [_least_squares(tables, prefix, base_over, fixed, names, ring if multi else None, base)
+        fix = fixed if ll else {**fixed, **off}
+        cands = [_least_squares(tables, prefix, base_over, fix, names, ring if multi else None, base)
                  for ring in ((0.0, 1.0) if multi else (0.0,))]
         by_ll[ll] = min(cands, key=lambda c: c[1])
     plain = by_ll[False]
-    # (an absolute floor too: on times the plain form fits exactly, both losses are rounding noise)
-    best = by_ll[True] if True in by_ll and by_ll[True][1] < plain[1] * (1.0 - LL_MIN_GAIN) - 1e-9 else plain
+    best = plain
+    if True in by_ll:
+        over, cost = by_ll[True]
+        # kept where it removes LL_MIN_GAIN of the loss (and more than rounding noise, for times the
+        # plain form fits exactly) with both parameters inside their bounds: one on a bound is a
+        # degenerate protocol that bends the fit to a point or two
+        inside = all(_inside(k, over[f"{prefix}{k}"]) for k in LL_PARAMS if f"{prefix}{k}" in over)
+        if inside and cost < plain[1] * (1.0 - LL_MIN_GAIN) - 1e-9:
+            best = by_ll[True]
     return best[0], plain[0]
+
+
+def _inside(name: str, value: float, margin: float = 0.01) -> bool:
+    """``value`` lies inside BOUNDS[name] by more than ``margin`` of its log range."""
+    lo, hi = np.log(BOUNDS[name][0]), np.log(BOUNDS[name][1])
+    x = np.log(value)
+    return lo + margin * (hi - lo) < x < hi - margin * (hi - lo)
 
 
 def _least_squares(tables, prefix, base_over, fixed, names, ring, base):

@@ -96,9 +96,14 @@ def collective_time_s(
     k = members_per_domain(n, stride, domain_gpus)
     n_domains = np.maximum(n / k, 1.0)
     crosses = n_domains > 1.0
+    ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
+    ll_on = crosses & (ratio > 0)
+    ratio = np.where(ratio > 0, ratio, 1.0)
     if op == "send_recv":
         bw = np.where(crosses, nic_bytes_per_s_per_gpu / (1.0 + 2.0 / congestion_nodes), nvlink_bytes_per_s)
         t = size_bytes / bw + np.where(crosses, inter_latency_s, intra_latency_s)
+        # NCCL runs small point-to-point transfers with its low-latency protocol too, large ones with Simple
+        t = np.where(ll_on, np.minimum(t, size_bytes / (bw * ratio) + ll_latency_s), t)
         return np.where(n > 1, t, 0.0)
     if op == "all_to_all":
         # each rank sends S/n to every other rank; (n-k)/n of S leaves the domain on its own NIC
@@ -120,10 +125,8 @@ def collective_time_s(
     t = bw_time + latency
     # NCCL's low-latency protocol (LL / LL128) across domains: a lower latency for a fraction of the
     # bandwidth; its tuner runs each size with the faster protocol (src/graph/tuning.cc)
-    ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
-    ll_on = crosses & (ratio > 0)
     ll_latency = ll_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)) + ring_steps * ring_step_latency_s
-    t_ll = bw_time / np.where(ratio > 0, ratio, 1.0) + ll_latency
+    t_ll = bw_time / ratio + ll_latency
     t = np.where(ll_on, np.minimum(t, t_ll), t)
     return np.where(n > 1, t, 0.0)
 

@@ -50,7 +50,7 @@ def test_calibration_is_applied():
 def test_human_table():
     res = runner.invoke(app, [*BASE, "--op", "all_gather", "--bytes", "1048576", "--gpus", "8"])
     assert res.exit_code == 0 and "busbw" in res.stdout
-    assert "protocol" not in res.stdout  # one node: no fitted protocol switch applies
+    assert "protocol" not in res.stdout  # no fabric named: no fitted protocol switch
 
 
 def test_human_table_names_the_protocol_on_a_fabric_with_a_switch():
@@ -62,6 +62,12 @@ def test_human_table_names_the_protocol_on_a_fabric_with_a_switch():
 
     assert protocol(2**20).startswith("low-latency")
     assert protocol(2**28) == "Simple"
+    # one node on the same fabric: the switch (across nodes) does not apply, so no protocol line
+    res = runner.invoke(app, [*BASE, "--op", "all_reduce", "--bytes", "1048576", "--gpus", "8", "--network", "EFA"])
+    assert res.exit_code == 0 and "protocol" not in res.stdout
+    # point-to-point across nodes takes the switch too
+    res = runner.invoke(app, [*BASE, "--op", "send_recv", "--bytes", "1024", "--gpus", "16", "--network", "EFA"])
+    assert "low-latency" in res.stdout
 
 
 @pytest.mark.parametrize("args, field", [

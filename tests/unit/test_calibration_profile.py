@@ -59,6 +59,18 @@ def test_bad_constants_are_named_under_constants(tmp_path, section, key, value):
     assert err.field == f"calibration.{section}.{key}", str(err)
 
 
+def test_a_low_latency_protocol_needs_its_latency(tmp_path):
+    err = _error(tmp_path, {"networks": {"efa": {"ll_bandwidth_ratio": 0.5}}})
+    assert err.field == "calibration.networks.efa.ll_latency_us", str(err)
+    err = _error(tmp_path, {"networks": {"efa": {"all_gather.ll_bandwidth_ratio": 0.5}}})
+    assert err.field == "calibration.networks.efa.all_gather.ll_latency_us", str(err)
+    ok = tmp_path / "ok.yaml"   # an op inherits the plain latency; a ratio of 0 turns the switch off
+    ok.write_text(yaml.safe_dump({"networks": {"efa": {"ll_latency_us": 50.0, "ll_bandwidth_ratio": 0.4,
+                                                       "all_gather.ll_bandwidth_ratio": 0.0,
+                                                       "send_recv.ll_bandwidth_ratio": 0.5}}}))
+    assert load_calibration(ok).networks["efa"]["ll_bandwidth_ratio"] == 0.4
+
+
 @pytest.mark.parametrize("key,value", [
     ("congestion_nodes", 0.0),            # f/cal_cong0.yaml: nan step time
     ("congestion_nodes", -5.0),           # f/cal_cong_neg.yaml

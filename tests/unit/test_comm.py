@@ -189,3 +189,13 @@ def test_protocol_switch_takes_the_faster_protocol_per_size():
     inside = ("all_reduce", sizes, 8, 1, DOMAIN, NVLINK, NIC, LAT_INTRA, 300e-6)
     np.testing.assert_array_equal(collective_time_s(*inside, ll_latency_s=1e-9, ll_bandwidth_ratio=1.0),
                                   collective_time_s(*inside))
+
+
+def test_send_recv_takes_the_protocol_switch_too():
+    """A small point-to-point transfer across nodes pays the low-latency protocol's latency, a large one
+    Simple's (the same min as the collectives), so a fit that raises Simple's latency does not tax them."""
+    args = ("send_recv", np.array([8.0, 2.0**30]), 16, 8, DOMAIN, NVLINK, NIC, LAT_INTRA, 300e-6)
+    simple = collective_time_s(*args)
+    ll = collective_time_s(*args, ll_latency_s=50e-6, ll_bandwidth_ratio=0.4)
+    assert ll[0] == pytest.approx(8.0 / (NIC * 0.4) + 50e-6)
+    assert ll[1] == simple[1]

@@ -118,12 +118,27 @@ def test_real_protocol_switch_on_aws_p5():
 def test_shipped_profile_is_the_fit_of_its_logs(shipped_fit):
     """calibration/collectives_fit.yaml holds what fitting the shipped logs gives today."""
     doc = yaml.safe_load(fc.SHIPPED_PROFILE.read_text())
+    assert doc["networks"].keys() == shipped_fit["networks"].keys()
     for net, values in shipped_fit["networks"].items():
-        assert doc["networks"][net].keys() >= values.keys(), net
+        assert doc["networks"][net].keys() == values.keys(), net   # no stale key left behind
         for key, value in values.items():
             assert doc["networks"][net][key] == pytest.approx(value, rel=1e-3), (net, key)
-    for key, value in shipped_fit["constants"].items():
-        assert doc["constants"][key] == pytest.approx(value, rel=1e-3), key
+    assert doc["constants"] == pytest.approx(shipped_fit["constants"], rel=1e-3)
+    assert doc["gpus"].keys() == shipped_fit["gpus"].keys()
+    for gpu, values in shipped_fit["gpus"].items():
+        assert doc["gpus"][gpu] == pytest.approx(values, rel=1e-3), gpu
+
+
+def test_protocol_switch_gate_and_bounds(monkeypatch):
+    """The switch is kept only where it removes LL_MIN_GAIN of the loss with both parameters inside their
+    bounds: AWS p5 keeps it; asked for the whole loss it cannot; Polaris' best switch sits on the bounds
+    (a 'protocol' with under a microsecond of latency and a tenth of the bandwidth) and is dropped."""
+    p5 = [m for m in fc.shipped_measurements() if m.path.endswith("aws_p5_2node_h100_allreduce.txt")]
+    assert "ll_bandwidth_ratio" in fc.fit_collectives(p5)["systems"]["efa"]
+    polaris = [m for m in fc.shipped_measurements() if "alcf_polaris" in m.path and "all_reduce" in m.path]
+    assert "ll_bandwidth_ratio" not in fc.fit_collectives(polaris)["systems"]["slingshot"]
+    monkeypatch.setattr(fc, "LL_MIN_GAIN", 1.0)
+    assert "ll_bandwidth_ratio" not in fc.fit_collectives(p5)["systems"]["efa"]
 
 
 def test_default_keywords_keep_the_plain_model():

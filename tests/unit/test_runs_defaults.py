@@ -148,3 +148,33 @@ def test_blank_shape_and_layout_cells_get_documented_defaults_not_an_error():
     assert status[6] == "invalid" and reason[6].startswith("n_heads: blank")
     for key in ("n_heads", "ffn_hidden_size", "dp", "global_batch"):
         assert key in DEFAULTS_DOC
+
+
+def test_defaults_respect_what_is_stated_and_never_hide_a_bad_cell():
+    from perfmodel.runs import default_heads
+
+    assert default_heads(5120, 8, 16) == 32          # 40 heads of 128 would not take 16 kv heads
+    rows = [dict(ROW, run_id="t-001", n_heads=None, n_kv_heads=16, hidden_size=5120, ffn_hidden_size=20480),
+            dict(ROW, run_id="t-002", n_heads=None, tp=0),
+            dict(ROW, run_id="t-003", global_batch=None, micro_batch=0),
+            dict(ROW, run_id="t-004", n_gpus=None, dp=1.5),
+            dict(ROW, run_id="t-005", pp="abc"),                 # a DataFrame cell that is not a number
+            dict(ROW, run_id="t-006", dp=None, n_gpus=None),
+            dict(ROW, run_id="t-007", n_heads=None, hidden_size=10**11),
+            dict(ROW, run_id="t-008", tp=None, n_gpus=384, pp=12, dp=8)]  # tp = 384 / (12 x 8)
+    inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
+    assert status[0] == "ok" and inputs["n_heads"][0] == 32.0 and inputs["n_kv_heads"][0] == 16.0
+    assert reason[1] == "tp: must be a whole number >= 1"
+    assert reason[2] == "micro_batch: must be a whole number >= 1"
+    assert reason[3] == "dp: must be a whole number >= 1"
+    assert reason[4] == "pp: must be a number"
+    assert reason[5] == "dp: blank, and n_gpus blank too"
+    assert reason[6] == "hidden_size: must be at most 1,048,576"
+    assert status[7] == "ok" and inputs["tp"][7] == 4.0
+
+
+def test_no_rows_predict_no_rows():
+    from perfmodel.validate import PRED_COLUMNS, predict_runs
+
+    out = predict_runs(pd.DataFrame(columns=list(ROW)))
+    assert list(out.columns) == PRED_COLUMNS and len(out) == 0
