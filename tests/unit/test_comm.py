@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.costs.comm import OPS, bus_bandwidth_bytes_per_s, collective_time_s, members_per_domain, op_factor
 
@@ -199,3 +201,21 @@ def test_send_recv_takes_the_protocol_switch_too():
     ll = collective_time_s(*args, ll_latency_s=50e-6, ll_bandwidth_ratio=0.4)
     assert ll[0] == pytest.approx(8.0 / (NIC * 0.4) + 50e-6)
     assert ll[1] == simple[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(OPS), st.sampled_from([16, 32, 64, 512]), st.sampled_from([1, 8]),
+       st.floats(1.0, 2000.0), st.floats(0.1, 1.0), st.floats(1.0, 1000.0), st.floats(1.5, 16.0))
+def test_protocol_switch_keeps_time_monotone(op, n, stride, ll_latency_us, ratio, simple_latency_us, factor):
+    """With the switch on, time never falls with size, never rises with NIC bandwidth, and is never above
+    the Simple protocol's alone."""
+    sizes = 2.0 ** np.arange(10, 34)
+    kw = dict(ll_latency_s=ll_latency_us * 1e-6, ll_bandwidth_ratio=ratio)
+
+    def t(nic, **extra):
+        return collective_time_s(op, sizes, n, stride, DOMAIN, NVLINK, nic, LAT_INTRA, simple_latency_us * 1e-6, **extra)
+
+    on = t(NIC, **kw)
+    assert np.all(np.diff(on) >= 0)
+    assert np.all(t(NIC * factor, **kw) <= on * (1 + 1e-12))
+    assert np.all(on <= t(NIC) * (1 + 1e-12))
