@@ -120,6 +120,8 @@ def cluster_arrays(
         "job_nodes": max(cluster.n_gpus / cluster.gpus_per_node, 1.0),
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
+        "attn_fwd_speedup": gpu.attention_fwd_speedup,
+        "attn_bwd_speedup": gpu.attention_bwd_speedup,
         # fp8 GEMMs: the GPU's measured fp8 MAMF relative to its bf16 one, else the global ratio
         "fp8_matmul_efficiency_ratio": (
             gpu.fp8_matmul_efficiency_max / gpu.matmul_efficiency_max

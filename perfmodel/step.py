@@ -58,7 +58,8 @@ STEP_INPUTS = (
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
     # constants
-    "attn_efficiency_max", "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
+    "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
+    "nonflash_attn_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
     "matmul_training_efficiency", "fp4_matmul_efficiency_ratio", "tp_internode_efficiency",
 )
@@ -147,8 +148,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     attn_plain_f = attn_flops_full / (peak16 * eff_max * f64["nonflash_attn_efficiency"] * ke) + elementwise_time_s(
         6.0 * scores_bytes, hbm, f64["hbm_efficiency"]
     )
-    attn_f = np.where(flash > 0, attn_flash_f, attn_plain_f)
-    attn_b = np.where(flash > 0, f64["attn_bwd_over_fwd"], 2.0) * attn_f
+    # an exponential-unit upgrade (Blackwell Ultra) speeds flash attention beyond its tensor-core rate:
+    # the forward by attn_fwd_speedup, the backward (same exponentials, 2.5x the matmuls) by attn_bwd_speedup
+    attn_f = np.where(flash > 0, attn_flash_f / f64["attn_fwd_speedup"], attn_plain_f)
+    attn_b = np.where(flash > 0, f64["attn_bwd_over_fwd"] * attn_flash_f / f64["attn_bwd_speedup"], 2.0 * attn_plain_f)
     elem_f = elementwise_time_s(
         ACT_BYTES * tokens * (f64["elementwise_bytes_per_h"] * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]
     ) / ke

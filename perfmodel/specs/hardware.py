@@ -62,6 +62,16 @@ class AcceleratorSpec(BaseModel):
         description="Flash-attention forward fraction of dense peak at long sequences on this GPU "
         "(None: the global constant). FA2: A100 ~0.6, H100 ~0.35; FA3/cuDNN on H100 ~0.6 (kernels.csv).",
     )
+    attention_fwd_speedup: float = Field(
+        default=1.0, ge=1.0, le=4.0, allow_inf_nan=False,
+        description="Flash-attention forward rate on this GPU relative to what attention_efficiency_max gives: "
+        "an exponential-unit (SFU) upgrade the tensor-core peaks do not show (Blackwell Ultra: 2x MUFU.EX2).",
+    )
+    attention_bwd_speedup: float = Field(
+        default=1.0, ge=1.0, le=4.0, allow_inf_nan=False,
+        description="The same for the backward pass, which recomputes the same exponentials against 2.5x the "
+        "matmul work (five matmuls to the forward's two), so it gains less.",
+    )
     default_gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_DOMAIN)
     default_scale_out_gbit_per_s_per_node: float = Field(
         ge=1e-3, le=1e9, allow_inf_nan=False,

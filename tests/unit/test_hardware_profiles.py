@@ -124,3 +124,34 @@ def test_h100_96gb_500w_peaks_lie_between_the_nvl_and_sxm_datasheets():
     for key in sxm:
         assert nvl[key] < peaks[key] < sxm[key]
         assert peaks[key] == pytest.approx((sxm[key] + nvl[key]) / 2, abs=0.1)
+
+
+def test_blackwell_ultra_attention_speedups_follow_from_the_doubled_exponential_unit():
+    """B300/GB300: NVIDIA's ~35% forward gain over Blackwell with the SFU doubled means an exponential stall
+    E with (M + E) / (M + E/2) = 1.35; the backward's 2.5x matmuls M against the same E give its speedup.
+    Other GPUs have none, and the step model divides exactly the flash-attention times by them."""
+    import numpy as np
+
+    from perfmodel.calibration_profile import Calibration
+    from perfmodel.estimate import build_inputs
+    from perfmodel.step import step_costs
+
+    e = 0.35 / 0.325                      # E / M from the forward figure
+    for name in ("b300", "gb300"):
+        gpu = perfmodel.load_gpu(name)
+        assert gpu.attention_fwd_speedup == pytest.approx(1.35)
+        assert gpu.attention_bwd_speedup == pytest.approx((2.5 + e) / (2.5 + e / 2), abs=0.005)
+    for name in ("b200", "gb200", "h100-sxm5-80gb", "a100-sxm4-80gb"):
+        gpu = perfmodel.load_gpu(name)
+        assert (gpu.attention_fwd_speedup, gpu.attention_bwd_speedup) == (1.0, 1.0)
+
+    model = perfmodel.load_model("llama3-8b")
+    ultra = perfmodel.load_gpu("b300")
+    plain = ultra.model_copy(update={"attention_fwd_speedup": 1.0, "attention_bwd_speedup": 1.0})
+    par = perfmodel.ParallelSpec(tp=1, pp=1, dp=8, micro_batch=1, recompute="none")
+    job = perfmodel.JobSpec(global_batch=8, seq_len=8192, precision="bf16", framework="megatron-lm")
+    fast, slow = (step_costs({k: np.asarray([v]) for k, v in build_inputs(
+        model, perfmodel.ClusterSpec.build(g, 8, 8), par, job, Calibration()).items()})
+        for g in (ultra, plain))
+    assert fast["iteration_time_s"][0] < slow["iteration_time_s"][0]
+    assert fast["compute_s"][0] < slow["compute_s"][0]
