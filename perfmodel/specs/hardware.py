@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.limits import MAX_GPUS
 from perfmodel.specs.checks import not_a_boolean
@@ -17,7 +17,13 @@ from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
 #: A datasheet number: finite (no .inf / .nan) and within a physical range; the bounds below are far
 #: outside any real GPU's, so only a typo, a wrong unit or a placeholder falls outside them.
-PeakTflopPerS = Annotated[float, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+def _strict_number(value):
+    if isinstance(value, str):
+        raise ValueError(f"must be a number, not text ({value!r})")
+    return not_a_boolean(value)
+
+
+PeakTflopPerS = Annotated[float, BeforeValidator(_strict_number), Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 #: lowest best-shape matmul efficiency a profile may state (the GEMM fit's lower bound, calibrate --gemm)
 MIN_MATMUL_EFFICIENCY = 0.05
 MAX_GPUS_PER_DOMAIN = MAX_GPUS  # like --gpus
@@ -93,6 +99,14 @@ class AcceleratorSpec(BaseModel):
     @classmethod
     def _not_a_boolean(cls, value):
         return not_a_boolean(value, "integer")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value, info):
+        # a number field takes a number: YAML true/false would read as 1/0 and a quoted '1.2' as 1.2
+        if cls.model_fields[info.field_name].annotation in (float, float | None):
+            return _strict_number(value)
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "AcceleratorSpec":

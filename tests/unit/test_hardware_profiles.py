@@ -66,6 +66,13 @@ def test_an_unchanged_copy_loads(tmp_path):
     ("n_sms", True),
     ("nvlink_domain_gpus", 3),       # f/gpu_dom3.yaml: was silently taken as the 8-GPU node
     ("default_gpus_per_node", True),
+    ("attention_fwd_speedup", 0.5),      # an exponential-unit upgrade never slows attention
+    ("attention_bwd_speedup", 5.0),
+    ("attention_fwd_speedup", True),     # YAML true would read as 1.0
+    ("hbm_bandwidth_gb_per_s", "3350"),  # a quoted number is text
+    ("matmul_efficiency_max", False),
+    ("peak.bf16", True),
+    ("peak.fp8", "5000"),
 ])
 def test_impossible_values_are_refused(tmp_path, key, value):
     err = _error(_profile(tmp_path, **{key: value}))
@@ -127,31 +134,47 @@ def test_h100_96gb_500w_peaks_lie_between_the_nvl_and_sxm_datasheets():
 
 
 def test_blackwell_ultra_attention_speedups_follow_from_the_doubled_exponential_unit():
-    """B300/GB300: NVIDIA's ~35% forward gain over Blackwell with the SFU doubled means an exponential stall
-    E with (M + E) / (M + E/2) = 1.35; the backward's 2.5x matmuls M against the same E give its speedup.
-    Other GPUs have none, and the step model divides exactly the flash-attention times by them."""
+    """B300/GB300: NVIDIA's ~35% FP8 forward gain over Blackwell with the SFU doubled means an exponential
+    stall E with (M + E) / (M + E/2) = 1.35; BF16 attention has twice M against the same E, and the
+    backward 2.5x that. Other GPUs have none."""
+    e = 0.35 / 0.325                        # E / M_fp8 = 1.077; E / M_bf16 is half of it
+    e_bf16 = e / 2.0
+    for name in ("b300", "gb300"):
+        gpu = perfmodel.load_gpu(name)
+        assert gpu.attention_fwd_speedup == pytest.approx((1 + e_bf16) / (1 + e_bf16 / 2), abs=0.005)
+        assert gpu.attention_bwd_speedup == pytest.approx((2.5 + e_bf16) / (2.5 + e_bf16 / 2), abs=0.005)
+    for name in ("b200", "gb200", "h100-sxm5-80gb", "a100-sxm4-80gb"):
+        gpu = perfmodel.load_gpu(name)
+        assert (gpu.attention_fwd_speedup, gpu.attention_bwd_speedup) == (1.0, 1.0)
+
+
+def _compute_s(gpu, framework="megatron-lm", **speedups):
     import numpy as np
 
     from perfmodel.calibration_profile import Calibration
     from perfmodel.estimate import build_inputs
     from perfmodel.step import step_costs
 
-    e = 0.35 / 0.325                      # E / M from the forward figure
-    for name in ("b300", "gb300"):
-        gpu = perfmodel.load_gpu(name)
-        assert gpu.attention_fwd_speedup == pytest.approx(1.35)
-        assert gpu.attention_bwd_speedup == pytest.approx((2.5 + e) / (2.5 + e / 2), abs=0.005)
-    for name in ("b200", "gb200", "h100-sxm5-80gb", "a100-sxm4-80gb"):
-        gpu = perfmodel.load_gpu(name)
-        assert (gpu.attention_fwd_speedup, gpu.attention_bwd_speedup) == (1.0, 1.0)
-
-    model = perfmodel.load_model("llama3-8b")
-    ultra = perfmodel.load_gpu("b300")
-    plain = ultra.model_copy(update={"attention_fwd_speedup": 1.0, "attention_bwd_speedup": 1.0})
+    gpu = gpu.model_copy(update=speedups)
     par = perfmodel.ParallelSpec(tp=1, pp=1, dp=8, micro_batch=1, recompute="none")
-    job = perfmodel.JobSpec(global_batch=8, seq_len=8192, precision="bf16", framework="megatron-lm")
-    fast, slow = (step_costs({k: np.asarray([v]) for k, v in build_inputs(
-        model, perfmodel.ClusterSpec.build(g, 8, 8), par, job, Calibration()).items()})
-        for g in (ultra, plain))
-    assert fast["iteration_time_s"][0] < slow["iteration_time_s"][0]
-    assert fast["compute_s"][0] < slow["compute_s"][0]
+    job = perfmodel.JobSpec(global_batch=8, seq_len=8192, precision="bf16" if gpu.supports_precision("bf16") else "fp16",
+                            framework=framework)
+    x = build_inputs(perfmodel.load_model("llama3-8b"), perfmodel.ClusterSpec.build(gpu, 8, 8), par, job, Calibration())
+    return float(step_costs({k: np.asarray([v]) for k, v in x.items()})["compute_s"][0])
+
+
+def test_attention_speedups_divide_exactly_the_flash_attention_times():
+    """Saved time is A_f (1 - 1/x) forward and A_b (1 - 1/y) backward, A_b = attn_bwd_over_fwd A_f: the
+    savings at x = 4 are 1.5x those at x = 2, and a backward factor saves 2.5x what the same forward one
+    does. Without flash attention (V100, BLOOM-era Megatron-DeepSpeed) nothing changes."""
+    from perfmodel.constants import DEFAULT_CONSTANTS
+
+    gpu = perfmodel.load_gpu("b300")
+    base = _compute_s(gpu, attention_fwd_speedup=1.0, attention_bwd_speedup=1.0)
+    f2 = base - _compute_s(gpu, attention_fwd_speedup=2.0, attention_bwd_speedup=1.0)
+    f4 = base - _compute_s(gpu, attention_fwd_speedup=4.0, attention_bwd_speedup=1.0)
+    b2 = base - _compute_s(gpu, attention_fwd_speedup=1.0, attention_bwd_speedup=2.0)
+    assert f2 > 0 and f4 / f2 == pytest.approx(1.5, rel=1e-9)
+    assert b2 / f2 == pytest.approx(DEFAULT_CONSTANTS.attn_bwd_over_fwd, rel=1e-9)
+    for g, fw in ((perfmodel.load_gpu("v100-sxm3-32gb"), "megatron-lm"), (gpu, "megatron-deepspeed")):
+        assert _compute_s(g, fw, attention_fwd_speedup=3.0, attention_bwd_speedup=3.0) == _compute_s(g, fw)
