@@ -17,10 +17,10 @@ from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
+from perfmodel.limits import MAX_COUNT, MAX_GPUS
 from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
-from perfmodel.limits import MAX_COUNT, MAX_GPUS
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 
@@ -77,8 +77,8 @@ DEFAULTS_DOC = {
     "efficiency of flash attention and the layout rules do",
     "ffn_hidden_size": "4 x hidden_size for GELU and squared-ReLU MLPs; for SwiGLU Llama's 2/3 of that, rounded up "
     "to a multiple of 256 (4096 -> 11008)",
-    "tp, pp": "1",
-    "dp": "n_gpus / (tp x pp x cp) where that is whole; n_gpus blank: tp x pp x dp x cp",
+    "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
+    "whole); else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
     "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",

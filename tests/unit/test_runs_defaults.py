@@ -146,7 +146,7 @@ def test_blank_shape_and_layout_cells_get_documented_defaults_not_an_error():
     assert (inputs["tp"][4], inputs["pp"][4], inputs["dp"][4], inputs["global_batch"][4]) == (1.0, 1.0, 8.0, 8.0)
     assert status[5] == "invalid" and reason[5] == "hidden_size: blank (required)"
     assert status[6] == "invalid" and reason[6].startswith("n_heads: blank")
-    for key in ("n_heads", "ffn_hidden_size", "dp", "global_batch"):
+    for key in ("n_heads", "ffn_hidden_size", "tp, pp, dp", "global_batch"):
         assert key in DEFAULTS_DOC
 
 
