@@ -156,6 +156,8 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "selective_alternate_mm": float(profile.selective_alternate_mm),
         "sp_batch_copies": float(profile.sp_batch_copies),
         "pp_balances_head": float(profile.pp_balances_head),
+        "elementwise_passes_per_h": profile.elementwise_passes_per_h,
+        "mlp_activation_in_gemm": float(profile.mlp_activation_in_gemm),
     }
 
 

@@ -87,6 +87,15 @@ class FrameworkProfile(BaseModel):
         False, description="In fp8/fp4 runs the linear layers keep the 1-byte quantized copy of their input "
         "for backward (Transformer Engine), not the 16-bit one (torchao Float8Linear keeps the 16-bit input)."
     )
+    elementwise_passes_per_h: float = Field(
+        0.0, ge=0, le=1e3, allow_inf_nan=False, description="Passes over an s*b*h activation per layer forward "
+        "(norms, residual adds, dropout, rope) where the stack fuses them; 0: the shared constant "
+        "elementwise_bytes_per_h (unfused, 16)."
+    )
+    mlp_activation_in_gemm: bool = Field(
+        False, description="The MLP activation runs in the first MLP GEMM's epilogue (fused matmul + bias + "
+        "GELU), not as its own pass over the s*b*ffn tensor."
+    )
     grad_bytes_per_param: float = Field(
         4.0, gt=0, le=16, allow_inf_nan=False, description="Gradient buffer precision (fp32 main grads = 4).")
     runtime_reserved_gib: float = Field(
@@ -136,7 +145,14 @@ PROFILES: dict[str, FrameworkProfile] = {
         source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter; with PP the "
         "parameters stay gathered for the step (torchtitan/distributed/fsdp.py reshard policy 'default')",
     ),
-    "flash-attn": FrameworkProfile(dp_overlap=0.8, source="flash-attention training scripts (Lightning DDP)"),
+    "flash-attn": FrameworkProfile(
+        dp_overlap=0.8, elementwise_passes_per_h=8.0, mlp_activation_in_gemm=True,
+        source="flash-attention training scripts (Lightning DDP; Dao-AILab/flash-attention training/README.md: "
+        "optimized MLP, LayerNorm, cross-entropy and rotary layers). Each sublayer's dropout + residual add + "
+        "LayerNorm is one fused kernel (dropout_add_layer_norm: read the input and the residual, write the output "
+        "and the new residual: 4 passes, 8 per layer) and the GELU runs in the fused_dense GEMM epilogue "
+        "(csrc/fused_dense_lib: 'fused matmul + bias + gelu')",
+    ),
     "meta-internal": FrameworkProfile(**_MEGATRON_TE),
 }
 

@@ -57,6 +57,7 @@ STEP_INPUTS = (
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
+    "elementwise_passes_per_h", "mlp_activation_in_gemm",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
     "nonflash_attn_efficiency",
@@ -152,8 +153,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the forward by attn_fwd_speedup, the backward (same exponentials, 2.5x the matmuls) by attn_bwd_speedup
     attn_f = np.where(flash > 0, attn_flash_f / f64["attn_fwd_speedup"], attn_plain_f)
     attn_b = np.where(flash > 0, f64["attn_bwd_over_fwd"] * attn_flash_f / f64["attn_bwd_speedup"], 2.0 * attn_plain_f)
+    # element-wise passes: the stack's own count where it fuses them, else the shared (unfused) constant;
+    # the MLP activation's pass over s b ffn is gone where it runs in the GEMM epilogue
+    passes_h = np.where(f64["elementwise_passes_per_h"] > 0, f64["elementwise_passes_per_h"], f64["elementwise_bytes_per_h"])
+    act_ffn = np.where(f64["mlp_activation_in_gemm"] > 0, 0.0, mm * ffn / tp)
     elem_f = elementwise_time_s(
-        ACT_BYTES * tokens * (f64["elementwise_bytes_per_h"] * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]
+        ACT_BYTES * tokens * (passes_h * h / sp_div + act_ffn), hbm, f64["hbm_efficiency"]
     ) / ke
     extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
     layer_f = gemm_f + attn_f + elem_f + extra / 3.0
