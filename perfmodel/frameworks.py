@@ -151,7 +151,8 @@ PROFILES: dict[str, FrameworkProfile] = {
         "optimized MLP, LayerNorm, cross-entropy and rotary layers). Each sublayer's dropout + residual add + "
         "LayerNorm is one fused kernel (dropout_add_layer_norm: read the input and the residual, write the output "
         "and the new residual: 4 passes, 8 per layer) and the GELU runs in the fused_dense GEMM epilogue "
-        "(csrc/fused_dense_lib: 'fused matmul + bias + gelu')",
+        "(csrc/fused_dense_lib: 'fused matmul + bias + gelu'); its GPT experiment configs turn both on "
+        "(training/configs/experiment/pile/gpt3s-flash.yaml: fused_dropout_add_ln, fused_mlp, fused_bias_fc)",
     ),
     "meta-internal": FrameworkProfile(**_MEGATRON_TE),
 }
