@@ -85,14 +85,14 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
     )
 
 
-def protocol_of(op: str, size_bytes: float, n_gpus: int, inputs: dict[str, float]) -> str | None:
-    """Which protocol the model runs the collective with, where the fabric has a fitted protocol switch
-    (``ll_bandwidth_ratio`` > 0) and the group crosses NVLink domains: 'low-latency (LL/LL128)' or
-    'Simple'; None otherwise."""
+def protocol_of(op: str, size_bytes: float, n_gpus: int, inputs: dict[str, float], time_s: float) -> str | None:
+    """Which protocol the model ran the collective (of time ``time_s``) with, where the fabric has a fitted
+    protocol switch (``ll_bandwidth_ratio`` > 0) and the group crosses NVLink domains:
+    'low-latency (LL/LL128)' or 'Simple'; None otherwise."""
     if not inputs.get("ll_bandwidth_ratio", 0.0) > 0 or n_gpus <= inputs["nvlink_domain_gpus"]:
         return None  # no switch fitted, or the group stays inside one NVLink domain, where it does not apply
-    simple = collective_time(op, size_bytes, n_gpus, {**inputs, "ll_bandwidth_ratio": 0.0})
-    return "low-latency (LL/LL128)" if collective_time(op, size_bytes, n_gpus, inputs) < simple else "Simple"
+    simple = float(collective_time(op, size_bytes, n_gpus, {**inputs, "ll_bandwidth_ratio": 0.0}))
+    return "low-latency (LL/LL128)" if time_s < simple else "Simple"
 
 
 def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, scale_out) -> None:
@@ -126,23 +126,25 @@ def comm_result(
     calibration: Calibration | None = None,
 ) -> dict[str, float]:
     """``{"time_s", "algbw_gb_per_s", "busbw_gb_per_s"}`` as nccl-tests defines them."""
+    return _comm(op, size_bytes, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration)[0]
+
+
+def _comm(op, size_bytes, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration):
+    """(``comm_result``'s dict, the collective inputs it was costed with)."""
+    from perfmodel.catalog import load_gpu
+
     check_request(op, size_bytes, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node)
-    inputs = _inputs(op, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration)
+    spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
+    cal = calibration if calibration is not None else load_calibration(None)
+    inputs = collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
     time_s = float(collective_time(op, size_bytes, n_gpus, inputs))
     algbw = size_bytes / time_s / GB_BYTES if time_s > 0 else 0.0
-    return {
+    out = {
         "time_s": time_s,
         "algbw_gb_per_s": algbw,
         "busbw_gb_per_s": algbw * float(op_factor(op, n_gpus)),
     }
-
-
-def _inputs(op, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration):
-    from perfmodel.catalog import load_gpu
-
-    spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
-    cal = calibration if calibration is not None else load_calibration(None)
-    return collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
+    return out, inputs
 
 
 def comm_command(
@@ -163,7 +165,7 @@ def comm_command(
 
     try:
         cal = load_calibration(calibration)
-        out = comm_result(op, size_bytes, gpus, gpus_per_node, gpu, scale_out, network, cal)
+        out, inputs = _comm(op, size_bytes, gpus, gpus_per_node, gpu, scale_out, network, cal)
     except InputError as exc:
         fail(exc)
         return
@@ -178,7 +180,7 @@ def comm_command(
         ("algbw", f"{out['algbw_gb_per_s']:.2f} GB/s"),
         ("busbw", f"{out['busbw_gb_per_s']:.2f} GB/s"),
     ]
-    protocol = protocol_of(op, size_bytes, gpus, _inputs(op, gpus, gpus_per_node, gpu, scale_out, network, cal))
+    protocol = protocol_of(op, size_bytes, gpus, inputs, out["time_s"])
     if protocol:  # only fabrics whose nccl-tests logs showed a protocol switch have one
         rows.append(("protocol", protocol))
     width = max(len(k) for k, _ in rows)

@@ -9,3 +9,10 @@ def not_a_boolean(value, kind: str = "number"):
     if isinstance(value, bool):
         raise ValueError(f"must be {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a boolean")
     return value
+
+
+def strict_number(value):
+    """``value`` unchanged, or ValueError when it is a boolean or text (a quoted ``'1.2'`` is not read as 1.2)."""
+    if isinstance(value, str):
+        raise ValueError(f"must be a number, not text ({value!r})")
+    return not_a_boolean(value)

@@ -11,19 +11,13 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.limits import MAX_GPUS
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import not_a_boolean, strict_number
 from perfmodel.specs.job import Precision
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
 #: A datasheet number: finite (no .inf / .nan) and within a physical range; the bounds below are far
 #: outside any real GPU's, so only a typo, a wrong unit or a placeholder falls outside them.
-def _strict_number(value):
-    if isinstance(value, str):
-        raise ValueError(f"must be a number, not text ({value!r})")
-    return not_a_boolean(value)
-
-
-PeakTflopPerS = Annotated[float, BeforeValidator(_strict_number), Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+PeakTflopPerS = Annotated[float, BeforeValidator(strict_number), Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
 #: lowest best-shape matmul efficiency a profile may state (the GEMM fit's lower bound, calibrate --gemm)
 MIN_MATMUL_EFFICIENCY = 0.05
 MAX_GPUS_PER_DOMAIN = MAX_GPUS  # like --gpus
@@ -105,7 +99,7 @@ class AcceleratorSpec(BaseModel):
     def _numbers_are_numbers(cls, value, info):
         # a number field takes a number: YAML true/false would read as 1/0 and a quoted '1.2' as 1.2
         if cls.model_fields[info.field_name].annotation in (float, float | None):
-            return _strict_number(value)
+            return strict_number(value)
         return value
 
     @model_validator(mode="after")
