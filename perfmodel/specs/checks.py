@@ -14,5 +14,5 @@ def not_a_boolean(value, kind: str = "number"):
 def strict_number(value):
     """``value`` unchanged, or ValueError when it is a boolean or text (a quoted ``'1.2'`` is not read as 1.2)."""
     if isinstance(value, str):
-        raise ValueError(f"must be a number, not text ({value!r})")
+        raise ValueError("must be a number, not text")
     return not_a_boolean(value)
