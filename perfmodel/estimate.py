@@ -26,6 +26,7 @@ from perfmodel.specs.job import Precision
 from perfmodel.specs.parallel import RECOMPUTE_CODES
 from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
+from perfmodel.zeropp import FP16_BYTES
 
 
 def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> dict:
@@ -133,7 +134,9 @@ def cluster_arrays(
     }
 
 
-def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]:
+def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "bf16") -> dict[str, float]:
+    """The stack's STEP_INPUTS; ``precision`` picks the gradient width (``fp16_grads_in_param_dtype``)."""
+    fp16_grads = precision == "fp16" and profile.fp16_grads_in_param_dtype
     return {
         "flash_attention": float(flash),
         "kernel_efficiency": profile.kernel_efficiency,
@@ -147,7 +150,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool) -> dict[str, float]
         "microbatch_overhead_s": profile.microbatch_overhead_s,
         "p2p_overhead_s": profile.p2p_overhead_s,
         "step_overhead_s": profile.step_overhead_s,
-        "grad_bytes_per_param": profile.grad_bytes_per_param,
+        "grad_bytes_per_param": FP16_BYTES if fp16_grads else profile.grad_bytes_per_param,
         "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,
         "zero3_overlap": profile.zero3_overlap,
         "zero3_step_latency_s": profile.zero3_step_latency_s,
@@ -228,7 +231,7 @@ def build_inputs(
         "global_batch": job.global_batch,
         **cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape),
         **parallel_arrays(par),
-        **framework_arrays(profile, flash),
+        **framework_arrays(profile, flash, job.precision),
         **constant_arrays(constants),
     }
     if "hpz" in par.zeropp and hpz_partition_size is not None and hpz_partition_size > 1:
@@ -264,5 +267,6 @@ def estimate(
             "scale_out_gbit_per_s_per_node": cluster.scale_out_gbit_per_s_per_node,
             **parallel.model_dump(mode="json"), **job.model_dump(mode="json"),
             "zeropp": ",".join(sorted(parallel.zeropp)),  # same form as recommend's (a comma list)
+            "sp": parallel.sp and parallel.tp > 1,  # as costed: sequence parallelism needs a TP group
         },
     )

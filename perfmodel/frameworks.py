@@ -98,6 +98,13 @@ class FrameworkProfile(BaseModel):
     )
     grad_bytes_per_param: float = Field(
         4.0, gt=0, le=16, allow_inf_nan=False, description="Gradient buffer precision (fp32 main grads = 4).")
+    fp16_grads_in_param_dtype: bool = Field(
+        False, description="In fp16 runs the gradient buffer and its all-reduce / reduce-scatter are fp16 (2 bytes "
+        "per parameter), not grad_bytes_per_param: Megatron-LM keeps main grads in the parameter dtype unless "
+        "--accumulate-allreduce-grads-in-fp32, which it forces on only for bf16 (megatron/training/arguments.py: "
+        "'bfloat16 requires gradient accumulation and all-reduce to be done in fp32'); DeepSpeed's fp16 "
+        "optimizers reduce fp16 gradients (communication_data_type defaults to the model dtype)."
+    )
     runtime_reserved_gib: float = Field(
         3.0, ge=0, le=1e4, allow_inf_nan=False, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     source: str = ""
@@ -113,8 +120,11 @@ _MEGATRON_TE = dict(
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
     "megatron-lm": FrameworkProfile(
-        tp_overlap=0.0, dp_overlap=0.5, param_gather_overlap=0.5, pp_overlap=0.3, fp8_saves_quantized_inputs=True,
-        source="Megatron-LM: overlapped grad reduce since 2023, no TP overlap by default; fp8 through "
+        tp_overlap=0.0, dp_overlap=0.0, param_gather_overlap=0.0, pp_overlap=0.3, fp8_saves_quantized_inputs=True,
+        fp16_grads_in_param_dtype=True,
+        source="Megatron-LM as its arguments default (megatron/training/arguments.py): --overlap-grad-reduce and "
+        "--overlap-param-gather off (store_true, default False; NeMo / Megatron-Bridge recipes turn them on), no TP "
+        "overlap; fp16 main grads unless --accumulate-allreduce-grads-in-fp32 (forced on for bf16); fp8 through "
         "TransformerEngine",
     ),
     "nemo": FrameworkProfile(**_MEGATRON_TE),
@@ -122,7 +132,8 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megascale": FrameworkProfile(**_MEGATRON_TE),
     "megatron-kwai": FrameworkProfile(**_MEGATRON_TE),
     "megatron-deepspeed": FrameworkProfile(
-        flash_attention=False, tp_overlap=0.0, dp_overlap=0.3, source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-1 grad reduce after backward",
+        flash_attention=False, tp_overlap=0.0, dp_overlap=0.3, fp16_grads_in_param_dtype=True,
+        source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-1 grad reduce after backward",
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
@@ -132,7 +143,7 @@ PROFILES: dict[str, FrameworkProfile] = {
         "(benchmarks/zeropp_whatif.py --fit)",
     ),
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
-    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="GPT-NeoX (Megatron-DeepSpeed based)"),
+    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, fp16_grads_in_param_dtype=True, source="GPT-NeoX (Megatron-DeepSpeed based)"),
     "nanotron": FrameworkProfile(
         dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True,
         source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "

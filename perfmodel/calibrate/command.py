@@ -4,8 +4,13 @@ Each input kind feeds the parameters it can identify:
 * runs CSVs      -> framework/global/fabric parameters (``fit_runs``);
 * nccl-tests     -> collective latency/bandwidth/congestion (``fit_collectives``);
 * GEMM CSVs      -> the GPU's best-shape matmul efficiency (``fit_gemm``);
-* traces, logs   -> parsed and summarised (kernel-time split, NCCL busbw, step times) so the user
-  sees what the cluster does; they carry no configuration, so nothing is fitted from them alone.
+* training logs  -> a Megatron-family log that prints its arguments block states its configuration:
+  the stack's kernel_efficiency is fitted to its median iteration time (``fit_logs``); other logs
+  are summarised (step times, throughput): with no configuration there is nothing to predict;
+* traces         -> summarised (kernel-time split, NCCL busbw per collective) and their NCCL kernels
+  compared with the model's time for the same collective (the residual per trace); a kernel's time
+  includes waiting for the other ranks and the trace carries no configuration of the step, so
+  nothing is fitted from them.
 The profile records every input (path, SHA-256, points), the fit residuals and the date. It is
 written atomically: on any error no file is left behind.
 """
@@ -170,6 +175,7 @@ def run_calibration(
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
     parsed_logs = [(p, parse_training_log(p)) for p in map(Path, logs)]
+    log_points = [_log_point(p, log, spec, gpus_per_node, scale_out_gbit_per_s, network) for p, log in parsed_logs]
     parsed_gemm = [(p, check_gemm_rows(parse_gemm_csv(p), spec)) for p in map(Path, gemms)]
     parsed_runs = [(p, read_runs_csv(p)) for p in map(Path, runs)]
 
@@ -229,15 +235,27 @@ def run_calibration(
         if len(summary.nccl_collectives):
             by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()
             echo(f"  NCCL median busbw (GB/s) by collective: {by}")
-    for p, log in parsed_logs:
+            check = _trace_nccl_check(summary.nccl_collectives, spec, gpus_per_node, scale_out_gbit_per_s, network, cal)
+            if check is not None:
+                inputs[-1].update(check)
+                echo(f"  {check['nccl_kernels_compared']} NCCL kernels of collectives the model costs: measured / "
+                     f"predicted time median {check['nccl_median_measured_over_predicted']:.2f}x, median |error| "
+                     f"{check['nccl_median_abs_err_pct']:.1f}% (a kernel's time includes waiting for the slowest "
+                     "rank, so a trace bounds the collective's time from above; nothing is fitted from it)")
+    log_entries = {}
+    for (p, log), point in zip(parsed_logs, log_points):
         it = log["iteration_time_s"].dropna()
         med = float(it.median()) if len(it) else None
-        inputs.append({"kind": "log", "path": _rel(p), "sha256": sha256_of(p), "points": len(log),
-                       "median_iteration_time_s": med})
+        entry = {"kind": "log", "path": _rel(p), "sha256": sha256_of(p), "points": len(log),
+                 "median_iteration_time_s": med}
+        inputs.append(entry)
+        log_entries[str(p)] = entry
         tps = log["tokens_per_s_per_gpu"].dropna() if "tokens_per_s_per_gpu" in log else log.iloc[0:0]
         what = (f"median iteration time {med:.3f} s" if med is not None
                 else f"median {float(tps.median()):,.0f} tokens/s/GPU" if len(tps) else "no timing fields")
-        echo(f"log {p}: {len(log)} iteration lines, {what}")
+        echo(f"log {p}: {len(log)} iteration lines, {what}"
+             + ("" if point is not None else "; no Megatron arguments block, so no configuration to predict: "
+                "nothing fitted from it"))
     if gpus_over:
         merged = {**cal.gpus}
         for k, v in gpus_over.items():
@@ -274,6 +292,26 @@ def run_calibration(
         echo(f"  macro-averaged   {per_src.mean():6.1f}")
         cal = cal.model_copy(update={"provenance": {**cal.provenance, "runs_fit_params": fit.params,
                                                     "runs_mape_pct_by_source": per_src.round(2).to_dict()}})
+    points = [pt for pt in log_points if pt is not None]
+    if points:
+        # after the runs fit: a user's own logs describe the cluster the profile is for
+        from perfmodel.calibrate.fit_logs import fit_logs
+
+        cal, table = fit_logs(points, cal)
+        for row in table.itertuples():
+            log_entries[row.path].update({
+                "framework": row.framework, "measured_iteration_time_s": round(row.measured_iteration_time_s, 6),
+                "predicted_before_s": round(float(row.predicted_before_s), 6),
+                "predicted_after_s": round(float(row.predicted_after_s), 6),
+                "err_after_pct": round(float(row.err_after_pct), 2)})
+            bound = " (at its bound: compute alone does not explain the gap)" if row.at_bound else ""
+            echo(f"log {row.path}: {row.framework} configuration from its arguments block; measured "
+                 f"{row.measured_iteration_time_s:.3f} s, predicted {row.predicted_before_s:.3f} s "
+                 f"({row.err_before_pct:+.1f}%) before the fit, {row.predicted_after_s:.3f} s "
+                 f"({row.err_after_pct:+.1f}%) after; {row.framework} kernel_efficiency = "
+                 f"{row.kernel_efficiency:.3f}{bound}")
+        cal = cal.model_copy(update={"provenance": {**cal.provenance, "logs_fit_params": {
+            f"{fw}.kernel_efficiency": float(v) for fw, v in table.groupby("framework")["kernel_efficiency"].first().items()}}})
     provenance = {
         **cal.provenance,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -284,6 +322,55 @@ def run_calibration(
     _write_atomic(_plain(cal.model_dump()), out)
     echo(f"wrote {out}")
     return cal
+
+
+def _trace_nccl_check(coll: pd.DataFrame, spec, gpus_per_node, scale_out_gbit_per_s, network, cal) -> dict | None:
+    """The trace's NCCL kernels against the model's time for the same collective, size and group (the
+    group taken as consecutive ranks, inside one node when it fits): how far the profile is from what
+    the trace saw. None when no kernel is of a collective the model costs."""
+    from perfmodel.calibrate.comm import collective_inputs, collective_time
+    from perfmodel.costs.comm import OPS
+
+    gpn = gpus_per_node or spec.default_gpus_per_node
+    rows = coll[coll["collective"].isin(OPS) & (coll["group_size"] > 1) & (coll["bytes"] > 0)]
+    if rows.empty:
+        return None
+    ratios = []
+    for (op, n), g in rows.groupby(["collective", "group_size"]):
+        inputs = collective_inputs(spec, int(n), gpn, scale_out_gbit_per_s, network, op, cal)
+        pred = np.asarray(collective_time(op, g["bytes"].to_numpy(float), int(n), inputs), dtype=float)
+        ratios.append(g["dur_s"].to_numpy(float) / pred)
+    r = np.concatenate(ratios)
+    return {"nccl_kernels_compared": int(r.size), "nccl_median_measured_over_predicted": round(float(np.median(r)), 4),
+            "nccl_median_abs_err_pct": round(float(np.median(np.abs(1.0 / r - 1.0)) * 100.0), 2)}
+
+
+def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit_per_s, network):
+    """The log's configuration and measured iteration time when it prints Megatron's arguments
+    block (``fit_logs.LogPoint``), else None. A block that does not describe a costable run is an
+    error naming the log: better no profile than one fitted to a guess."""
+    from perfmodel.calibrate.fit_logs import MEGATRON_LOG_FRAMEWORKS, LogPoint, measured_iteration_time_s
+    from perfmodel.calibrate.log_config import megatron_log_specs
+    from perfmodel.calibrate.parsers.megatron_args import parse_megatron_arguments
+    from perfmodel.estimate import check_config
+
+    args = parse_megatron_arguments(path)
+    if args is None:
+        return None
+    framework = log["framework"].mode().iloc[0]
+    if framework not in MEGATRON_LOG_FRAMEWORKS:
+        return None
+    specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
+                               scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
+    try:
+        check_config(*specs)
+    except InputError as exc:
+        raise InputError(exc.field, exc.rule, str(path)) from None
+    measured = measured_iteration_time_s(log, specs[3].global_batch, specs[3].seq_len, specs[1].n_gpus)
+    if not np.isfinite(measured):
+        raise InputError("training log", "its iteration lines carry no time or tokens/s to fit to", str(path))
+    return LogPoint(path=path, framework=framework, specs=specs, measured_iteration_time_s=measured,
+                    iterations=len(log))
 
 
 def _plain(obj):

@@ -58,6 +58,12 @@ def test_estimate_json_contract(extra):
     assert out["tokens_per_s_per_gpu"] == pytest.approx(64 * 4096 / out["iteration_time_s"] / 64, rel=1e-9)
 
 
+def test_config_reports_sequence_parallelism_as_costed():
+    """--sp asks for sequence parallelism; it only exists with a TP group, and config says what ran."""
+    sp = {tp: json.loads(runner.invoke(app, BASE + ["--tp", str(tp), "--sp", "--json"]).stdout) for tp in (1, 8)}
+    assert sp[1]["config"]["sp"] is False and sp[8]["config"]["sp"] is True
+
+
 def test_estimate_human_output():
     res = runner.invoke(app, BASE + ["--tp", "8", "--pp", "4"])
     assert res.exit_code == 0, res.stderr

@@ -1,4 +1,4 @@
-"""Framework profiles: fused element-wise work (flash-attention's training stack)."""
+"""Framework profiles: fused element-wise work (flash-attention's training stack), gradient width."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +36,34 @@ def test_flash_attn_stack_fuses_its_element_wise_work():
     quarter = _compute_s("flash-attn", elementwise_passes_per_h=4.0, mlp_activation_in_gemm=0.0)
     assert (unfused - quarter) == pytest.approx(1.5 * (unfused - half), rel=1e-9)
     assert DEFAULT_CONSTANTS.elementwise_bytes_per_h == 16.0
+
+
+def _step(framework: str, precision: str, gpu: str = "a100-sxm4-80gb") -> dict:
+    model = perfmodel.load_model("gpt3-1.3b")
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu(gpu), 32, 8, 100.0)
+    par = perfmodel.ParallelSpec(tp=1, pp=1, dp=32, micro_batch=4, zero_stage=0, recompute="full")
+    job = perfmodel.JobSpec(global_batch=128, seq_len=2048, precision=precision, framework=framework)
+    x = build_inputs(model, cluster, par, job, Calibration())
+    return {k: float(v[0]) for k, v in step_costs({k: np.asarray([v]) for k, v in x.items()}).items()}
+
+
+@pytest.mark.parametrize("framework", ["megatron-lm", "megatron-deepspeed", "gpt-neox"])
+def test_fp16_runs_reduce_fp16_gradients(framework):
+    """Megatron-LM keeps main grads in the parameter dtype unless --accumulate-allreduce-grads-in-fp32,
+    which it forces on only for bf16: an fp16 run holds and all-reduces 2-byte gradients, a bf16 run
+    4-byte ones; the optimizer's fp32 master copy and moments are the same in both."""
+    assert framework_profile(framework).fp16_grads_in_param_dtype
+    fp16 = _step(framework, "fp16")
+    bf16 = _step(framework, "bf16")
+    assert fp16["gradients_gib"] == pytest.approx(bf16["gradients_gib"] / 2.0, rel=1e-12)
+    assert fp16["optimizer_gib"] == pytest.approx(bf16["optimizer_gib"], rel=1e-12)
+    assert 0.0 < fp16["dp_comm_s"] < bf16["dp_comm_s"]
+
+
+def test_stacks_with_fp32_gradient_reduction_keep_it_in_fp16():
+    """torchtitan (FSDP2 reduce_dtype fp32) and nanotron keep 4-byte gradients in fp16 runs too;
+    DeepSpeed's are 2 bytes in every precision."""
+    for fw in ("torchtitan", "nanotron", "generic"):
+        assert not framework_profile(fw).fp16_grads_in_param_dtype
+        assert _step(fw, "fp16")["gradients_gib"] == pytest.approx(_step(fw, "bf16")["gradients_gib"])
+    assert framework_profile("deepspeed").grad_bytes_per_param == 2.0

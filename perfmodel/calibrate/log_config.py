@@ -1,0 +1,142 @@
+"""The configuration a Megatron-family training log ran, from its start-up arguments block.
+
+``parse_megatron_arguments`` gives the printed arguments; this maps them onto the model, cluster,
+parallel and job specs the cost model takes, with Megatron-LM's own meaning of each argument
+(``megatron/training/arguments.py``). Anything the block does not state and Megatron does not
+default is an error naming the argument: nothing is guessed.
+"""
+from __future__ import annotations
+
+import math
+
+from pydantic import ValidationError
+
+from perfmodel.errors import InputError, from_validation_error
+from perfmodel.calibrate.parsers.megatron_args import arg_value
+from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs.hardware import AcceleratorSpec
+
+#: GPT-2 BPE's vocabulary (Megatron's GPT2BPETokenizer reads gpt2-vocab.json: 50,257 entries)
+GPT2_BPE_VOCAB = 50257
+
+
+def _get(args: dict, name: str, where: str, default=InputError):
+    value = arg_value(args.get(name))
+    if value is None:
+        if default is InputError:
+            raise InputError(name, "not stated in the log's arguments block (needed to cost the run)", where)
+        return default
+    return value
+
+
+def _whole(args: dict, name: str, where: str, default=InputError) -> int:
+    value = _get(args, name, where, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(name, f"must be a whole number > 0 in the arguments block (got {args.get(name)!r})", where)
+    return value
+
+
+def _flag(args: dict, name: str) -> bool:
+    return arg_value(args.get(name)) is True
+
+
+def padded_vocab(vocab: int, args: dict, tp: int, where: str) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp
+    (``_vocab_size_with_padding``)."""
+    multiple = _whole(args, "make_vocab_size_divisible_by", where, 128) * tp
+    return int(math.ceil(vocab / multiple) * multiple)
+
+
+def _vocab(args: dict, tp: int, where: str) -> int:
+    padded = arg_value(args.get("padded_vocab_size"))
+    if isinstance(padded, int) and not isinstance(padded, bool) and padded > 0:
+        return padded
+    vocab = arg_value(args.get("vocab_size"))
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+        return padded_vocab(vocab, args, tp, where)
+    if arg_value(args.get("tokenizer_type")) == "GPT2BPETokenizer":
+        return padded_vocab(GPT2_BPE_VOCAB, args, tp, where)
+    raise InputError("vocab_size", "not stated in the log's arguments block (padded_vocab_size, vocab_size or "
+                     "tokenizer_type GPT2BPETokenizer)", where)
+
+
+def _recompute(args: dict) -> str:
+    granularity = arg_value(args.get("recompute_granularity"))
+    if granularity in ("full", "selective"):
+        return granularity
+    if _flag(args, "checkpoint_activations"):  # Megatron-LM before 2022: --checkpoint-activations = full
+        return "full"
+    if _flag(args, "recompute_activations"):  # 2022-: --recompute-activations = selective
+        return "selective"
+    return "none"
+
+
+def _precision(args: dict, where: str) -> str:
+    if arg_value(args.get("fp8")) is not None:  # --fp8-format e4m3 | hybrid (TransformerEngine)
+        return "mxfp8" if arg_value(args.get("fp8_recipe")) == "mxfp8" else "fp8"
+    if _flag(args, "bf16"):
+        return "bf16"
+    if _flag(args, "fp16"):
+        return "fp16"
+    raise InputError("bf16", "the arguments block shows neither --bf16, --fp16 nor --fp8: fp32 training is not "
+                     "modelled", where)
+
+
+def _zero_stage(args: dict) -> int:
+    if _flag(args, "deepspeed"):  # Megatron-DeepSpeed: --zero-stage N with --deepspeed
+        stage = arg_value(args.get("zero_stage"))
+        return stage if isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= 3 else 0
+    if any(_flag(args, k) for k in ("use_torch_fsdp2", "use_custom_fsdp", "use_megatron_fsdp")):
+        return 3
+    return 1 if _flag(args, "use_distributed_optimizer") else 0
+
+
+def megatron_log_specs(
+    args: dict[str, str],
+    gpu: AcceleratorSpec,
+    *,
+    framework: str,
+    gpus_per_node: int | None,
+    scale_out_gbit_per_s: float | None,
+    network: str | None,
+    where: str,
+) -> tuple[ModelSpec, ClusterSpec, ParallelSpec, JobSpec]:
+    """(model, cluster, parallel, job) of the run whose arguments block is ``args``."""
+    experts = arg_value(args.get("num_experts"))
+    if experts not in (None, 0, 1):
+        raise InputError("num_experts", f"mixture-of-experts runs ({experts} experts) are not modelled", where)
+    tp = _whole(args, "tensor_model_parallel_size", where, 1)
+    pp = _whole(args, "pipeline_model_parallel_size", where, 1)
+    cp = _whole(args, "context_parallel_size", where, 1)
+    world = _whole(args, "world_size", where)
+    if world % (tp * pp * cp):
+        raise InputError("world_size", f"must be a multiple of tp x pp x cp = {tp * pp * cp} (got {world})", where)
+    dp = _whole(args, "data_parallel_size", where, world // (tp * pp * cp))
+    heads = _whole(args, "num_attention_heads", where)
+    hidden = _whole(args, "hidden_size", where)
+    kv = _whole(args, "num_query_groups", where, heads) if _flag(args, "group_query_attention") else heads
+    mlp = "swiglu" if _flag(args, "swiglu") else "relu2" if _flag(args, "squared_relu") else "gelu"
+    try:
+        model = ModelSpec(
+            name=f"megatron-log-l{_whole(args, 'num_layers', where)}-h{hidden}",
+            n_layers=_whole(args, "num_layers", where),
+            hidden_size=hidden,
+            ffn_hidden_size=_whole(args, "ffn_hidden_size", where, 4 * hidden),
+            n_heads=heads,
+            n_kv_heads=kv,
+            vocab_size=_vocab(args, tp, where),
+            mlp=mlp,
+            tied_embeddings=not _flag(args, "untie_embeddings_and_output_weights"),
+            source=f"Megatron arguments block of {where}",
+        )
+        cluster = ClusterSpec.build(gpu, world, gpus_per_node, scale_out_gbit_per_s, network=network)
+        parallel = ParallelSpec(
+            tp=tp, pp=pp, dp=dp, cp=cp, vpp=_whole(args, "virtual_pipeline_model_parallel_size", where, 1),
+            micro_batch=_whole(args, "micro_batch_size", where), sp=_flag(args, "sequence_parallel") and tp > 1,
+            zero_stage=_zero_stage(args), recompute=_recompute(args),
+        )
+        job = JobSpec(global_batch=_whole(args, "global_batch_size", where), seq_len=_whole(args, "seq_length", where),
+                      precision=_precision(args, where), framework=framework)
+    except ValidationError as exc:
+        raise from_validation_error(exc, where=where) from None
+    return model, cluster, parallel, job

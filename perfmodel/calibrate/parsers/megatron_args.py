@@ -1,0 +1,81 @@
+"""Megatron-LM's start-up arguments block in a training log -> ``{name: value}``.
+
+Megatron-LM prints every parsed argument once, on rank 0, before training
+(``megatron/training/arguments.py`` ``_print_args``; the same function in Megatron-DeepSpeed and
+Megatron-Kwai)::
+
+    ------------------------ arguments ------------------------
+      accumulate_allreduce_grads_in_fp32 .............. False
+      ...
+      tensor_model_parallel_size ...................... 8
+    -------------------- end of arguments ---------------------
+
+(dots pad each name to 48 characters; a longer name is followed by two spaces). Values are Python's
+``str()`` of the argument: ``None``, ``True``/``False``, numbers, ``torch.bfloat16``, lists.
+A ``[rankN]:`` / ``N: `` launcher prefix is allowed, as in iteration lines.
+
+The padded vocabulary is not an argument at print time: the tokenizer sets it later and prints
+`` > padded vocab (size: V) with D dummy tokens (new size: P)`` (``_vocab_size_with_padding``);
+that line's P is returned as ``padded_vocab_size``.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from perfmodel.errors import InputError, read_text_file
+
+_RANK_PREFIX = re.compile(r"^(?:\[rank\d+\]:|\d+:\s)")
+_START = re.compile(r"^-{3,} arguments -{3,}$")
+_END = re.compile(r"^-{3,} end of arguments -{3,}$")
+_ARG = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*) \.* ?(.*?)\s*$")
+_PADDED_VOCAB = re.compile(r"> padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+_MAX_BLOCK_LINES = 5000
+"""Megatron-LM has about a thousand arguments; a block longer than this never closed."""
+
+
+def parse_megatron_arguments(path: str | Path) -> dict[str, str] | None:
+    """The first arguments block of a Megatron-family log as raw strings, or None when the log has
+    none. A block that starts but never ends, or holds a line that is not ``name .... value``, is an
+    ``InputError`` naming the file and line."""
+    path = Path(path)
+    lines = read_text_file(path, "log", errors="replace").splitlines()
+    texts = [_RANK_PREFIX.sub("", raw) for raw in lines]
+    start = next((i for i, t in enumerate(texts, start=1) if _START.match(t.strip())), None)
+    if start is None:
+        return None
+    args: dict[str, str] = {}
+    for lineno in range(start + 1, min(len(texts), start + _MAX_BLOCK_LINES) + 1):
+        text = texts[lineno - 1]
+        if _END.match(text.strip()):
+            if not args:
+                raise InputError("arguments", "the block lists no argument", f"{path}:{lineno}")
+            padded = next((m.group(1) for t in texts if (m := _PADDED_VOCAB.search(t))), None)
+            if padded is not None and arg_value(args.get("padded_vocab_size")) is None:
+                args["padded_vocab_size"] = padded
+            return args
+        if not text.strip():
+            continue
+        m = _ARG.match(text)
+        if m is None:
+            raise InputError("arguments", "expected '  name .... value' inside Megatron's arguments block "
+                             f"(got {text.strip()[:60]!r})", f"{path}:{lineno}")
+        args.setdefault(m.group(1), m.group(2))
+    raise InputError("arguments", "the block never ends (no '---- end of arguments ----' line)", f"{path}:{start}")
+
+
+def arg_value(text: str | None):
+    """A printed argument as a Python value: None, bool, int, float, else the text."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t in ("None", ""):
+        return None
+    if t in ("True", "False"):
+        return t == "True"
+    for cast in (int, float):
+        try:
+            return cast(t)
+        except ValueError:
+            pass
+    return t

@@ -1,0 +1,165 @@
+"""Calibrating from a Megatron-LM training log: its arguments block gives the configuration, its
+iteration lines the measured time, and the stack's kernel efficiency is fitted to it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfmodel.calibrate.log_config import megatron_log_specs, padded_vocab
+from perfmodel.calibrate.parsers.megatron_args import arg_value, parse_megatron_arguments
+from perfmodel.catalog import load_gpu
+from perfmodel.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG = ROOT / "tests" / "fixtures" / "parsers" / "megatron_args_llama2_7b.log"
+H100 = load_gpu("h100-sxm5-80gb")
+
+
+def _specs(args, **kw):
+    return megatron_log_specs(args, H100, framework="megatron-lm", gpus_per_node=None, scale_out_gbit_per_s=None,
+                              network=None, where="x.log", **kw)
+
+
+def _write(tmp_path, lines):
+    p = tmp_path / "run.log"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _block(args: dict) -> list[str]:
+    # megatron/training/arguments.py _print_args: names padded with dots to 48 characters
+    return (["------------------------ arguments ------------------------"]
+            + ["  {} {} {}".format(k, "." * (48 - len(k)), v) for k, v in sorted(args.items())]
+            + ["-------------------- end of arguments ---------------------"])
+
+
+def test_arguments_block_is_read_with_the_tokenizers_padded_vocab():
+    args = parse_megatron_arguments(LOG)
+    assert args["tensor_model_parallel_size"] == "1" and args["swiglu"] == "True"
+    assert args["padded_vocab_size"] == "32000"  # from ' > padded vocab (size: 32000) ... (new size: 32000)'
+    assert arg_value(args["recompute_granularity"]) is None and arg_value(args["world_size"]) == 8
+    assert arg_value("torch.bfloat16") == "torch.bfloat16" and arg_value("0.0003") == pytest.approx(3e-4)
+
+
+def test_fixture_maps_onto_the_run_it_describes():
+    model, cluster, par, job = _specs(parse_megatron_arguments(LOG))
+    assert (model.n_layers, model.hidden_size, model.ffn_hidden_size, model.n_heads, model.n_kv_heads) == (
+        32, 4096, 11008, 32, 32)
+    assert model.mlp == "swiglu" and not model.tied_embeddings and model.vocab_size == 32000
+    assert (cluster.n_gpus, par.tp, par.pp, par.dp, par.cp, par.vpp, par.micro_batch) == (8, 1, 1, 8, 1, 1, 1)
+    assert par.zero_stage == 1 and par.recompute == "none" and not par.sp  # --use-distributed-optimizer
+    assert (job.global_batch, job.seq_len, job.precision, job.framework) == (128, 4096, "bf16", "megatron-lm")
+
+
+def test_long_names_gqa_fp8_recompute_and_vocab_padding(tmp_path):
+    long_name = "x" * 50  # _print_args pads with no dot: '  name  value'
+    args = {"num_layers": 80, "hidden_size": 8192, "ffn_hidden_size": 28672, "num_attention_heads": 64,
+            "group_query_attention": True, "num_query_groups": 8, "seq_length": 8192, "world_size": 64,
+            "tensor_model_parallel_size": 4, "pipeline_model_parallel_size": 4, "micro_batch_size": 1,
+            "global_batch_size": 128, "virtual_pipeline_model_parallel_size": 5, "sequence_parallel": True,
+            "bf16": True, "fp8": "hybrid", "recompute_granularity": "selective", "vocab_size": 128256,
+            "make_vocab_size_divisible_by": 128, long_name: "None"}
+    parsed = parse_megatron_arguments(_write(tmp_path, ["[rank0]: " + ln for ln in _block(args)]))
+    assert parsed[long_name] == "None" and parsed["fp8"] == "hybrid"
+    model, cluster, par, job = _specs(parsed)
+    assert model.n_kv_heads == 8 and model.vocab_size == padded_vocab(128256, parsed, 4, "x") == 128512
+    assert (par.tp, par.pp, par.dp, par.vpp, par.sp, par.recompute, job.precision) == (
+        4, 4, 4, 5, True, "selective", "fp8")
+    old = {**args, "recompute_granularity": None, "checkpoint_activations": True, "fp8": None, "bf16": False,
+           "fp16": True, "vocab_size": None, "tokenizer_type": "GPT2BPETokenizer"}
+    model, _, par, job = _specs(parse_megatron_arguments(_write(tmp_path, _block(old))))
+    assert par.recompute == "full" and job.precision == "fp16" and model.vocab_size == 50688  # 50257 -> x 512
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"num_experts": 8}, "num_experts"),
+    ({"num_layers": None}, "num_layers"),
+    ({"bf16": False}, "bf16"),
+    ({"world_size": 12, "tensor_model_parallel_size": 8}, "world_size"),
+    ({"vocab_size": None}, "vocab_size"),
+    ({"micro_batch_size": -1}, "micro_batch_size"),
+])
+def test_a_block_that_cannot_be_costed_names_the_argument(change, field):
+    args = {k: v for k, v in parse_megatron_arguments(LOG).items() if k != "padded_vocab_size"}
+    args["vocab_size"] = "32000"
+    args.update({k: str(v) for k, v in change.items()})
+    with pytest.raises(InputError) as err:
+        _specs(args)
+    assert err.value.field == field and err.value.where == "x.log"
+
+
+def test_broken_blocks_are_errors_with_file_and_line(tmp_path):
+    assert parse_megatron_arguments(_write(tmp_path, [" iteration 1/ 2 | elapsed time per iteration (ms): 5.0 |"])) is None
+    with pytest.raises(InputError, match=r"run.log:1: arguments: the block never ends"):
+        parse_megatron_arguments(_write(tmp_path, _block({"a": 1})[:-1]))
+    with pytest.raises(InputError, match=r"run.log:3: arguments: expected"):
+        parse_megatron_arguments(_write(tmp_path, _block({"a": 1})[:2] + ["garbage here"] + _block({"a": 1})[2:]))
+
+
+def _calibrate(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "perfmodel.cli", "calibrate", "--gpu", "h100-sxm5-80gb", *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_calibrate_fits_the_stacks_kernel_efficiency_to_the_log(tmp_path):
+    out = tmp_path / "cal.yaml"
+    res = _calibrate("--log", str(LOG), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    prof = yaml.safe_load(out.read_text())
+    entry = next(i for i in prof["provenance"]["inputs"] if i["kind"] == "log")
+    assert entry["measured_iteration_time_s"] == pytest.approx(5.9025)  # median of the six lines
+    assert abs(entry["err_after_pct"]) < 1.0 and entry["predicted_before_s"] != pytest.approx(5.9025, rel=0.01)
+    assert prof["frameworks"]["megatron-lm"]["kernel_efficiency"] == pytest.approx(
+        prof["provenance"]["logs_fit_params"]["megatron-lm.kernel_efficiency"])
+    assert "before the fit" in res.stdout and "after" in res.stdout
+    # the profile applies: the same run costed with it takes the measured time
+    est = subprocess.run([sys.executable, "-m", "perfmodel.cli", "estimate", "--model", "llama2-7b", "--gpu",
+                          "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "128", "--seq-len", "4096",
+                          "--zero-stage", "1", "--calibration", str(out), "--json"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert yaml.safe_load(est.stdout)["iteration_time_s"] == pytest.approx(5.9025, rel=0.01)
+
+
+def test_calibrate_says_a_log_without_configuration_fits_nothing(tmp_path):
+    log = _write(tmp_path, [" iteration 1/ 2 | elapsed time per iteration (ms): 5.0 |"])
+    res = _calibrate("--log", str(log), "--out", str(tmp_path / "c.yaml"))
+    assert res.returncode == 0 and "no Megatron arguments block" in res.stdout
+
+
+def test_calibrate_refuses_a_block_it_cannot_cost_and_writes_nothing(tmp_path):
+    text = LOG.read_text().replace("num_experts ..................................... None",
+                                   "num_experts ..................................... 8")
+    log = tmp_path / "moe.log"
+    log.write_text(text)
+    out = tmp_path / "c.yaml"
+    res = _calibrate("--log", str(log), "--out", str(out))
+    assert res.returncode == 2 and res.stderr.count("error:") == 1 and "Traceback" not in res.stderr
+    assert "moe.log" in res.stderr and "num_experts" in res.stderr and not out.exists()
+
+
+def test_trace_nccl_kernels_are_compared_with_the_model():
+    """The residual a trace gets: its NCCL kernels' times against the model's for the same collective,
+    size and group. Kernels that took exactly the modelled time give ratio 1 and 0% error; twice as
+    long, ratio 2 and 50%; collectives the model does not cost (broadcast) are left out."""
+    import pandas as pd
+
+    from perfmodel.calibrate.command import _trace_nccl_check
+    from perfmodel.calibrate.comm import collective_inputs, collective_time
+    from perfmodel.calibration_profile import load_calibration
+
+    cal = load_calibration(None)
+    sizes = [1 << 20, 1 << 26]
+    pred = collective_time("all_reduce", sizes, 8, collective_inputs(H100, 8, 8, None, None, "all_reduce", cal))
+    coll = pd.DataFrame({"collective": ["all_reduce", "all_reduce", "broadcast"], "bytes": sizes + [4096],
+                         "group_size": [8, 8, 8], "dur_s": [pred[0], pred[1], 1.0]})
+    check = _trace_nccl_check(coll, H100, None, None, None, cal)
+    assert check["nccl_kernels_compared"] == 2
+    assert check["nccl_median_measured_over_predicted"] == pytest.approx(1.0)
+    assert check["nccl_median_abs_err_pct"] == pytest.approx(0.0, abs=1e-6)
+    slow = coll.assign(dur_s=coll.dur_s * 2.0)
+    assert _trace_nccl_check(slow, H100, None, None, None, cal)["nccl_median_abs_err_pct"] == pytest.approx(50.0)
+    assert _trace_nccl_check(coll[coll.collective == "broadcast"], H100, None, None, None, cal) is None
