@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
@@ -20,6 +19,7 @@ from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
 from perfmodel.specs.checks import not_a_boolean
+from perfmodel.structured_text import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
@@ -184,11 +184,7 @@ def _default() -> Calibration:
 def _load(path_str: str) -> Calibration:
     path = Path(path_str)
     text = read_text_file(path, "calibration")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError("calibration", "not valid YAML", where=f"{path}:{mark.line + 1}" if mark else str(path)) from None
+    data = load_yaml(text, "calibration", str(path))
     if not isinstance(data, dict):
         raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
     try:

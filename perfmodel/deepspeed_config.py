@@ -16,11 +16,11 @@ Every error is an ``InputError`` naming the key, so the CLI prints one ``error: 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import InputError, read_text_file
+from perfmodel.structured_text import load_json
 
 PREFIX = "deepspeed_config"
 
@@ -112,7 +112,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         raise InputError(f"{PREFIX}.zero_optimization", "must be an object")
     _unknown(zero, USED_ZERO | IGNORED_ZERO, f"{PREFIX}.zero_optimization")
     stage = zero.get("stage", 0)
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"must be 0, 1, 2 or 3 (got {stage!r})")
     hpz = _pos_int(zero, "zero_hpz_partition_size", f"{PREFIX}.zero_optimization") or 1
     parts = set()
@@ -146,11 +146,7 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     """Read and validate a DeepSpeed config JSON file."""
     p = Path(path)
     text = read_text_file(p, PREFIX)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(PREFIX, f"not valid JSON ({exc.msg} at line {exc.lineno})", where=str(p)) from None
-    return parse_deepspeed_config(data)
+    return parse_deepspeed_config(load_json(text, PREFIX, str(p)))
 
 
 def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int) -> None:

@@ -9,3 +9,5 @@ MAX_COUNT = (1 << 31) - 1
 #: bytes of one collective (1 PiB) and NIC bandwidth per node (1 Pbit/s)
 MAX_BYTES = 1 << 50
 MAX_GBIT_PER_S = 1.0e6
+#: slowest NIC bandwidth per node (1 Mbit/s): below it every time overflows to infinity
+MIN_GBIT_PER_S = 1.0e-3

@@ -255,16 +255,26 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
+    domain = f64["nvlink_domain_gpus"]
+    # stage i's ranks are o + i * stride (placement tp-cp-dp-pp, o < stride): the hop from stage i to
+    # i + 1 leaves the NVLink domain iff a domain boundary falls in (i s, (i + 2) s - 1]. The pipeline
+    # runs at its slowest hop, so every stage's send is costed as a cross-domain one as soon as the
+    # stages span more than one domain (pp * stride > domain), even when stride < domain
+    def hop_stride(crosses):
+        return np.where(crosses, np.maximum(pp_stride, domain), pp_stride)
+
+    p2p_crosses = pp * pp_stride > domain
     # fixed per-message costs grow with the whole job's load on a congesting fabric (1 + nodes / N_c)
     fabric_slowdown = np.where(f64["job_nodes"] > 1, 1.0 + f64["job_nodes"] / f64["congestion_nodes"], 1.0)
-    p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), pp_stride) + np.where(
-        pp_stride >= f64["nvlink_domain_gpus"], f64["p2p_overhead_s"] * fabric_slowdown, 0.0
+    p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), hop_stride(p2p_crosses)) + np.where(
+        p2p_crosses, f64["p2p_overhead_s"] * fabric_slowdown, 0.0
     )
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
     # nanotron: when the balanced split leaves the head short of the last rank, the fp32 cast and the
     # loss run there and every micro-batch's b s V / t logits (and their gradient) cross one more link
     if np.any(logits_p2p > 0):
-        logits_link_s = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), pp_stride)
+        last_hop_crosses = np.floor((pp * pp_stride - 1.0) / domain) > np.floor((pp - 2.0) * pp_stride / domain)
+        logits_link_s = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), hop_stride(last_hop_crosses))
         pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link_s * logits_p2p
 
     # ---- data parallel: gradients and ZeRO gathers -----------------------------------------

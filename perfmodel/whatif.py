@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError, from_validation_error
 from perfmodel.estimate import build_inputs, check_config, check_precision
-from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS
+from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.search.engine import METRICS, evaluate, template_inputs
 from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
@@ -89,6 +89,8 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
             raise InputError(f"sweep.{name}", "needs at least one value")
         if name in NUMERIC and not all(0 < float(v) < float("inf") for v in values):
             raise InputError(f"sweep.{name}", f"values must be positive finite numbers (got {values})")
+        if name == "scale_out_gbit_per_s" and any(float(v) < MIN_GBIT_PER_S for v in values):
+            raise InputError(f"sweep.{name}", f"values must be at least {MIN_GBIT_PER_S:g} Gbit/s (got {values})")
         if name in UPPER and any(float(v) > UPPER[name] for v in values):
             raise InputError(f"sweep.{name}", f"values must be at most {UPPER[name]:,} (got {values})")
         if name in WHOLE and not all(float(v) == int(float(v)) for v in values):

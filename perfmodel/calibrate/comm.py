@@ -26,7 +26,7 @@ import typer
 from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load_calibration
 from perfmodel.costs.comm import OPS, collective_time_s, op_factor
 from perfmodel.errors import InputError
-from perfmodel.limits import MAX_BYTES, MAX_GBIT_PER_S, MAX_GPUS
+from perfmodel.limits import MAX_BYTES, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nvlink_domain
 from perfmodel.units import GB_BYTES, US_S
 
@@ -110,8 +110,8 @@ def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, s
         raise InputError(
             "gpus", f"must be a multiple of gpus_per_node when it spans nodes (gpus={n_gpus}, gpus_per_node={gpus_per_node})"
         )
-    if scale_out is not None and not (0 < scale_out <= MAX_GBIT_PER_S):
-        raise InputError("scale_out_gbit_per_s", f"must be a positive number of at most {MAX_GBIT_PER_S:,.0f} "
+    if scale_out is not None and not (MIN_GBIT_PER_S <= scale_out <= MAX_GBIT_PER_S):
+        raise InputError("scale_out_gbit_per_s", f"must be a number from {MIN_GBIT_PER_S:g} to {MAX_GBIT_PER_S:,.0f} "
                          f"(got {scale_out})")
 
 

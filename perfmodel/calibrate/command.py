@@ -25,14 +25,14 @@ import sys
 
 import numpy as np
 import pandas as pd
-import yaml
+from perfmodel.structured_text import dump_yaml
 from scipy.optimize import least_squares
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
 from perfmodel.errors import InputError, NothingUsable
-from perfmodel.limits import MAX_GBIT_PER_S
+from perfmodel.limits import MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
 
 
@@ -142,7 +142,7 @@ def _write_atomic(profile: dict, out: Path) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(profile, fh, sort_keys=False)
+            fh.write(dump_yaml(profile, sort_keys=False))
         os.replace(tmp, out)
     except OSError as exc:
         raise InputError("out", f"cannot write {out} ({exc.strerror or exc})") from None
@@ -164,8 +164,8 @@ def run_calibration(
     spec = load_gpu(gpu)
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
-    if scale_out_gbit_per_s is not None and not (0 < scale_out_gbit_per_s <= MAX_GBIT_PER_S):
-        raise InputError("scale_out_gbit_per_s", f"must be a positive number of at most {MAX_GBIT_PER_S:,.0f} "
+    if scale_out_gbit_per_s is not None and not (MIN_GBIT_PER_S <= scale_out_gbit_per_s <= MAX_GBIT_PER_S):
+        raise InputError("scale_out_gbit_per_s", f"must be a number from {MIN_GBIT_PER_S:g} to {MAX_GBIT_PER_S:,.0f} "
                          f"(got {scale_out_gbit_per_s})")
     if Path(out).is_dir():
         raise InputError("out", "is a folder; give a YAML file path", where=str(out))

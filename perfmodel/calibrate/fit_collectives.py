@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import yaml
+from perfmodel.structured_text import dump_yaml
 from scipy.optimize import least_squares
 
 from perfmodel.calibrate.comm import OP_SPECIFIC, collective_inputs, collective_time, network_key
@@ -377,7 +377,7 @@ def write_profile(fit: dict, out: str | Path, extra_networks: dict | None = None
     }
     Calibration(**doc)  # the fragment must load
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(yaml.safe_dump(doc, sort_keys=False, width=120))
+    Path(out).write_text(dump_yaml(doc, sort_keys=False, width=120))
     return doc
 
 

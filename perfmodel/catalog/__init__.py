@@ -5,7 +5,6 @@ Face ``config.json``; ``load_gpu`` takes a catalog name or a hardware-profile YA
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -15,19 +14,14 @@ from pydantic import ValidationError
 from perfmodel.errors import InputError, UnknownName, from_validation_error, read_text_file
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.specs.model import ModelSpec
+from perfmodel.structured_text import load_json, load_yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent
 PROFILES_DIR = CATALOG_DIR.parents[1] / "hardware_profiles"
 
 
 def _read_yaml(path: Path, field: str) -> object:
-    text = read_text_file(path, field)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise InputError(field, "not valid YAML", where=where) from None
+    return load_yaml(read_text_file(path, field), field, str(path))
 
 
 @lru_cache(maxsize=1)
@@ -55,6 +49,12 @@ def _informational_length(value) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SEQ_LEN:
         return None
     return int(value) if float(value).is_integer() else None
+
+
+#: transformers' ACT2FN names of the activations a dense MLP uses: the GELU variants and ReLU cost as a
+#: two-matrix MLP, silu / swish as SwiGLU's gate (three matrices), relu2 as Nemotron's squared ReLU
+HF_ACTIVATIONS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate",
+                            "quick_gelu", "relu", "relu2", "silu", "swish", "swiglu"})
 
 
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
@@ -117,6 +117,9 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     act = text(act_key)
     if not act and not model_type:
         raise InputError("model.mlp", "config.json gives neither hidden_act nor model_type", where=where)
+    if act and act not in HF_ACTIVATIONS:
+        raise InputError(f"model.{act_key}", f"activation {act!r} is not one perfmodel costs (one of "
+                         f"{', '.join(sorted(HF_ACTIVATIONS))})", where=where)
     # gated MLPs (gate, up, down): SwiGLU (silu) and GeGLU (Gemma's gelu_pytorch_tanh)
     gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma",
                                                                  "gemma2", "olmo", "olmo2", "phi3")
@@ -165,12 +168,9 @@ def load_model(ref: str) -> ModelSpec:
     elif path.is_dir():
         raise InputError("model", f"'{ref}' is a folder without a config.json")
     elif not path.is_file():
-        raise InputError("model", f"no such file '{ref}'")
+        raise InputError("model", f"'{ref}' is not a regular file" if path.exists() else f"no such file '{ref}'")
     if path.suffix == ".json":
-        try:
-            cfg = json.loads(read_text_file(path, "model"))
-        except json.JSONDecodeError as exc:
-            raise InputError("model", f"not valid JSON ({exc.msg})", where=f"{path}:{exc.lineno}") from None
+        cfg = load_json(read_text_file(path, "model"), "model", str(path))
         if not isinstance(cfg, dict):
             raise InputError("model", "config.json must hold a JSON object", where=str(path))
         return _model_from_hf_config(cfg, path.parent.name or path.stem, str(path))

@@ -97,10 +97,13 @@ def whatif_command(
                     gpu_precision=precision is None)
     except (InputError, ValidationError) as exc:
         fail(exc)
-    if out is not None:
+    feasible = bool((df["status"] == "ok").any())
+    if out is not None and feasible:  # an all-infeasible sweep writes nothing (exit 1 below)
         from perfmodel.report.figures import png_bytes
         from perfmodel.report.plots_whatif import whatif_figure
 
+        if out.exists() and not out.is_dir():
+            fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(out / "whatif.csv", index=False)
         (out / "whatif.png").write_bytes(png_bytes(whatif_figure(df)))
@@ -119,9 +122,9 @@ def whatif_command(
         for _, row in df[df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str) != ""].iterrows():
             point = ", ".join(f"{k}={row[k]}" for k in sweep)
             typer.echo(f"  {point}: {row['reason']}")
-        if out is not None:
+        if out is not None and feasible:
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
-    if not (df["status"] == "ok").any():
+    if not feasible:
         reasons = "; ".join(sorted(set(df.get("reason", pd.Series(dtype=str)).dropna().astype(str))))[:300]
         typer.echo(f"error: no point of the sweep is feasible{': ' + reasons if reasons else ''}", err=True)
         raise typer.Exit(1)

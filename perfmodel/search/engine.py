@@ -171,13 +171,20 @@ def _score(df_like: dict[str, np.ndarray], n_gpus: np.ndarray, job: JobSpec, obj
     return out
 
 
+#: a quintillion tokens (about 10^5 times Llama 3's 15T) and a million dollars per GPU-hour: beyond any job,
+#: small enough that time and cost stay finite in float64
+MAX_TRAIN_TOKENS = 1e18
+MAX_USD_PER_GPU_HOUR = 1e6
+
+
 def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
-    if train_tokens is not None and not 0 < train_tokens < float("inf"):
-        raise InputError("train_tokens", f"must be a positive finite number (got {train_tokens})")
-    if usd_per_gpu_hour is not None and not 0 < usd_per_gpu_hour < float("inf"):
-        raise InputError("usd_per_gpu_hour", f"must be a positive finite number (got {usd_per_gpu_hour})")
+    if train_tokens is not None and not 0 < train_tokens <= MAX_TRAIN_TOKENS:
+        raise InputError("train_tokens", f"must be a positive number of at most {MAX_TRAIN_TOKENS:g} (got {train_tokens})")
+    if usd_per_gpu_hour is not None and not 0 < usd_per_gpu_hour <= MAX_USD_PER_GPU_HOUR:
+        raise InputError("usd_per_gpu_hour", f"must be a positive number of at most {MAX_USD_PER_GPU_HOUR:g} "
+                         f"(got {usd_per_gpu_hour})")
     if objective == "time-to-train" and train_tokens is None:
         raise InputError("train_tokens", "is required with objective time-to-train")
     if objective == "cost" and (train_tokens is None or usd_per_gpu_hour is None):

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from perfmodel.limits import MAX_GPUS
+from perfmodel.limits import MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.specs.checks import not_a_boolean, strict_number
 from perfmodel.specs.job import Precision
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
@@ -182,7 +182,7 @@ class ClusterSpec(BaseModel):
     gpus_per_node: int = Field(gt=0, description="GPUs per node (per compute tray for NVL72).")
     nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable over NVLink (>= gpus_per_node).")
     scale_out_gbit_per_s_per_node: float = Field(
-        gt=0, allow_inf_nan=False, description="Total NIC bandwidth per node."
+        ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, allow_inf_nan=False, description="Total NIC bandwidth per node."
     )
     scale_out_latency_us: float = Field(gt=0, allow_inf_nan=False)
     network: str | None = Field(

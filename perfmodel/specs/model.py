@@ -47,6 +47,9 @@ class ModelSpec(BaseModel):
                      "max_seq_len", mode="before")
     @classmethod
     def _not_a_boolean(cls, value):
+        # a quoted YAML "32" is text, as config.json's loader holds it: not a number to coerce
+        if isinstance(value, str):
+            raise ValueError("must be an integer, not text")
         return not_a_boolean(value, "integer")
 
     @model_validator(mode="after")

@@ -52,6 +52,9 @@ class ParallelSpec(BaseModel):
     def _parse_zeropp(cls, v):
         if isinstance(v, str):
             v = [p.strip().lower() for p in v.split(",") if p.strip()]
+        twice = sorted({p for p in (v or []) if list(v).count(p) > 1}) if isinstance(v, (list, tuple)) else []
+        if twice:
+            raise ValueError(f"lists {', '.join(twice)} more than once")
         return frozenset(v or [])
 
     @model_validator(mode="after")

@@ -186,3 +186,74 @@ def test_a_run_on_a_broken_gpu_profile_file_is_invalid_with_its_error(tmp_path):
     assert res.returncode == 0 and res.stderr == "", res.stderr
     pred = pd.read_csv(tmp_path / "p.csv")
     assert pred["status"][0] == "invalid" and "peak_dense_tflop_per_s.bf16" in pred["reason"][0]
+
+
+def test_hostile_documents_are_one_error_line(tmp_path):
+    """Documents that are valid syntax but not configurations: deep nesting (a RecursionError traceback
+    before), YAML aliases (a 9^9 'billion laughs' ran for minutes), keys given twice (the last one
+    won silently), numbers given as text, activations the model does not cost, a bandwidth so small
+    that every time overflows, a trace event of 1e308 us."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi")))
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("n_layers: 4\nn_layers: 8\nhidden_size: 512\nffn_hidden_size: 2048\nn_heads: 8\n"
+                   "n_kv_heads: 8\nvocab_size: 1000\n")
+    text_layers = tmp_path / "text.yaml"
+    text_layers.write_text(dup.read_text().replace("n_layers: 4\nn_layers: 8", 'n_layers: "32"'))
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 1, "stage": 3}, "train_micro_batch_size_per_gpu": 1}')
+    act = tmp_path / "config.json"
+    act.write_text('{"model_type": "weird", "hidden_act": "tanh_of_doom", "hidden_size": 512, '
+                   '"num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000}')
+    trace = tmp_path / "trace.json"
+    trace.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0, "dur": 1e308}]}')
+    est = ["estimate", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--global-batch", "64"]
+    cases = [
+        ([*est, "--model", str(deep)], "nested too deeply"),
+        ([*est, "--model", str(bomb)], "anchors and aliases"),
+        ([*est, "--model", "llama3-8b", "--calibration", str(bomb)], "calibration: YAML anchors"),
+        ([*est, "--model", str(dup)], "dup.yaml:2: model: key 'n_layers' given twice"),
+        ([*est, "--model", str(text_layers)], "model.n_layers: must be an integer, not text"),
+        ([*est, "--model", "llama3-8b", "--deepspeed-config", str(ds)], "key 'stage' given twice"),
+        ([*est, "--model", str(act)], "model.hidden_act: activation 'tanh_of_doom'"),
+        ([*est, "--model", "/dev/null"], "not a regular file"),
+        ([*est, "--model", "llama3-8b", "--scale-out-gbit-per-s", "1e-300"], "scale_out_gbit_per_s"),
+        (["comm", "--op", "all_reduce", "--bytes", "1024", "--gpus", "16", "--gpus-per-node", "8", "--gpu",
+          "h100-sxm5-80gb", "--scale-out-gbit-per-s", "5e-324"], "scale_out_gbit_per_s"),
+        ([*est, "--model", "llama3-8b", "--zero-stage", "3", "--zeropp", "qwz,qwz"], "lists qwz more than once"),
+        (["recommend", *BASE, "--objective", "cost", "--train-tokens", "1e308", "--usd-per-gpu-hour", "2"],
+         "train_tokens"),
+        (["calibrate", "--gpu", "h100-sxm5-80gb", "--trace", str(trace), "--out", str(tmp_path / "c.yaml")],
+         "traceEvents[0].dur"),
+    ]
+    for args, field in cases:
+        assert_one_error(run(*args), field)
+    assert not (tmp_path / "c.yaml").exists()
+
+
+def test_bad_measurements_and_partial_outputs(tmp_path):
+    """A negative measurement or an unknown target makes its row invalid (not scored as ok); a log line
+    whose time is not a number is an error, not skipped; an all-infeasible what-if writes nothing."""
+    df = pd.read_csv(RUNS, dtype=str).head(3)
+    df.loc[0, "tokens_per_s_per_gpu"] = "-138"
+    df.loc[1, "target"] = "banana"
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    res = run("validate", str(src), "--out", str(tmp_path / "p.csv"))
+    pred = pd.read_csv(tmp_path / "p.csv")
+    assert res.returncode == 0 and list(pred["status"]) == ["invalid", "invalid", "ok"]
+    assert "cannot be negative" in pred["reason"][0] and "target: must be one of" in pred["reason"][1]
+    log = tmp_path / "nan.log"
+    log.write_text(" iteration 1/ 3 | elapsed time per iteration (ms): 5.0 |\n"
+                   " iteration 2/ 3 | elapsed time per iteration (ms): nan |\n")
+    assert_one_error(run("calibrate", "--gpu", "h100-sxm5-80gb", "--log", str(log), "--out",
+                         str(tmp_path / "c.yaml")), "nan.log:2: iteration_time_s")
+    out = tmp_path / "w"
+    res = run("whatif", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "64",
+              "--mode", "fixed", "--vary", "gpus=1,64", "--out", str(out))
+    assert res.returncode == 1 and not out.exists()
+    (tmp_path / "file").write_text("")
+    assert_one_error(run("whatif", *BASE, "--vary", "gpus=8,16", "--out", str(tmp_path / "file")), "out: is a file")

@@ -175,7 +175,7 @@ def test_write_failure_leaves_neither_profile_nor_temporary_file(tmp_path, monke
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(command.yaml, "safe_dump", disk_full)
+    monkeypatch.setattr(command, "dump_yaml", disk_full)
     out = tmp_path / "x.yaml"
     with pytest.raises(InputError, match=rf"^out: cannot write {out} \(No space left on device\)$"):
         command._write_atomic({"a": 1}, out)

@@ -96,6 +96,8 @@ def _load(path: Path) -> dict:
     except json.JSONDecodeError as e:
         raise InputError("trace", f"not JSON: {e.msg} (column {e.colno})",
                          f"{path}:{e.lineno}") from None
+    except RecursionError:
+        raise InputError("trace", "nested too deeply to be a Chrome trace", f"{path}:1") from None
     except (OSError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError
         raise InputError("trace", f"cannot read as (gzipped) JSON text: {e}", f"{path}:1") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -115,13 +117,18 @@ def _field(ev: dict, key: str, types: tuple[type, ...], what: str, i: int, defau
     return value
 
 
+#: longest event a profiler trace can hold: a day, in us (profiles cover steps, not days)
+MAX_EVENT_US = 86400e6
+
+
 def _duration_s(ev: dict, i: int) -> float:
     if "dur" not in ev:
         raise InputError(f"traceEvents[{i}].dur", "missing: a complete ('ph': 'X') event needs a "
                          "duration in us")
     dur = _field(ev, "dur", (int, float), "a number of us", i)
-    if not 0.0 <= dur < math.inf:
-        raise InputError(f"traceEvents[{i}].dur", f"must be a finite duration >= 0 us (got {dur!r})")
+    if not 0.0 <= dur <= MAX_EVENT_US:
+        raise InputError(f"traceEvents[{i}].dur", f"must be a duration from 0 to {MAX_EVENT_US:g} us (a day; "
+                         f"got {dur!r})")
     return float(dur) * 1e-6
 
 

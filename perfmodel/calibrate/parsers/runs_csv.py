@@ -23,6 +23,9 @@ INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_he
                "micro_batch", "global_batch"]
 FLOAT_COLUMNS = ["scale_out_gbit_per_s_per_node", "iteration_time_s", "tokens_per_s_per_gpu",
                  "tflops_per_gpu", "mfu", "hfu"]
+#: the measured columns, in the schema's order of preference for ``target`` (data/README.md)
+MEASURED_COLUMNS = ["tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu", "hfu"]
+TARGETS = MEASURED_COLUMNS[:4]
 TEXT_COLUMNS = ["run_id", "source", "model_name", "mlp", "gpu", "network", "zeropp",
                 "recompute", "precision", "framework", "target", "derived_fields", "notes"]
 # Column order of the schema (data/README.md "Schema").
@@ -55,6 +58,15 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     for col in [c for c in df.columns if c not in INT_COLUMNS + FLOAT_COLUMNS]:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
         df[col] = cells.where(cells != "", np.nan)
+    # a measurement is not negative (a printed 0% MFU is a rounded one), and the target names a measured column
+    for col in MEASURED_COLUMNS:
+        for i in np.flatnonzero((df[col] < 0).to_numpy()):
+            note = f"{col}: a measurement cannot be negative (got {df[col].iloc[i]:g})"
+            row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
+    bad_target = df["target"].notna() & ~df["target"].isin(TARGETS)
+    for i in np.flatnonzero(bad_target.to_numpy()):
+        note = f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})"
+        row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     out = df[SCHEMA_COLUMNS + extras].copy()
     out[ROW_ERRORS] = row_errors

@@ -26,6 +26,7 @@ COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s
 _NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][+-]?\d+)?)"
 _MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 _ELAPSED_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
+_ELAPSED_LABEL = re.compile(r"elapsed time per iteration \(ms\):\s*([^|\s]*)")
 _MEGATRON_TFLOP = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
 _KWAI_TOKENS = re.compile(r"tokens per sec per gpu:\s*" + _NUM)
 _MDS_SAMPLES = re.compile(r"samples/sec:\s*" + _NUM)
@@ -132,6 +133,11 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
                 _check_row(profile, f"{path}:{lineno}")
                 profile = None  # the last summary field
             continue
+        label = _ELAPSED_LABEL.search(text)
+        if label and _MEGATRON_IT.search(text) and not _ELAPSED_MS.search(text):
+            # an iteration line whose time is not a number (nan, negative, garbled) is broken, not skipped
+            raise InputError("iteration_time_s", f"must be a finite time > 0 (got {label.group(1)!r} ms)",
+                             f"{path}:{lineno}")
         row = _parse_line(text, lineno)
         if row is not None:
             _check_row(row, f"{path}:{lineno}")

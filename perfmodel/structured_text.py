@@ -1,0 +1,91 @@
+"""Reading and writing the JSON / YAML documents users hand in (model YAMLs, Hugging Face
+config.json, DeepSpeed configs, hardware and calibration profiles), strictly:
+
+* a key given twice in one mapping is an error naming the key and line (json and PyYAML would
+  silently keep the last one);
+* YAML anchors and aliases (``&name`` / ``*name``) are refused: none of these documents needs them,
+  and a few nested aliases expand exponentially ("billion laughs");
+* nesting deeper than the parser's recursion limit is an error, not a RecursionError traceback.
+
+Every failure is an ``InputError`` naming ``field`` and the file (and line where known).
+"""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from perfmodel.errors import InputError
+
+TOO_DEEP = "nested too deeply to be a configuration document"
+
+
+class _StrictYamlLoader(yaml.SafeLoader):
+    """SafeLoader whose mappings refuse a key given twice."""
+
+    field = "yaml"
+    where = ""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: let PyYAML give its own error
+                break
+            if duplicate:
+                raise InputError(self.field, f"key {key!r} given twice in one mapping",
+                                 f"{self.where}:{key_node.start_mark.line + 1}")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """SafeDumper that writes a repeated object out again instead of as an anchor and alias."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def dump_yaml(doc, **kwargs) -> str:
+    """``doc`` as YAML without anchors or aliases (readable back by ``load_yaml``)."""
+    return yaml.dump(doc, Dumper=_NoAliasDumper, **kwargs)
+
+
+def load_yaml(text: str, field: str, where: str):
+    """The YAML document in ``text`` (from file ``where``)."""
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise InputError(field, "YAML anchors and aliases (&name / *name) are not supported",
+                                 f"{where}:{event.start_mark.line + 1}")
+        loader = type("_Loader", (_StrictYamlLoader,), {"field": field, "where": where})
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(field, "not valid YAML", where=f"{where}:{mark.line + 1}" if mark else where) from None
+    except RecursionError:
+        raise InputError(field, TOO_DEEP, where) from None
+
+
+def _no_duplicate_keys(field: str, where: str):
+    def hook(pairs):
+        out = {}
+        for key, value in pairs:
+            if key in out:
+                raise InputError(field, f"key {key!r} given twice in one object", where)
+            out[key] = value
+        return out
+
+    return hook
+
+
+def load_json(text: str, field: str, where: str):
+    """The JSON document in ``text`` (from file ``where``)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys(field, where))
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"not valid JSON ({exc.msg})", where=f"{where}:{exc.lineno}") from None
+    except RecursionError:
+        raise InputError(field, TOO_DEEP, where) from None
