@@ -17,7 +17,7 @@ from perfmodel.catalog import load_gpu
 from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
-from perfmodel.limits import MAX_COUNT, MAX_GPUS
+from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.rules import RUN_RULES
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
@@ -296,7 +296,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mark(np.isnan(_num(df, "dp")), "invalid", "dp: blank, and n_gpus / (tp x pp x cp) is not a whole number")
     for col in ("scale_out_gbit_per_s_per_node",):
         x = _num(df, col)
-        mark(~np.isnan(x) & ~(np.isfinite(x) & (x > 0)), "invalid", f"{col}: must be a positive number")
+        mark(~np.isnan(x) & ~((x >= MIN_GBIT_PER_S) & (x <= MAX_GBIT_PER_S)), "invalid",
+             f"{col}: must be a number from {MIN_GBIT_PER_S:g} to {MAX_GBIT_PER_S:,.0f} (as --scale-out-gbit-per-s)")
     for col, allowed in (("zero_stage", (0, 1, 2, 3)), ("sp", (0, 1)), ("tied_embeddings", (0, 1))):
         x = _num(df, col)
         mark(~np.isnan(x) & ~np.isin(x, allowed), "invalid", f"{col}: must be one of {allowed}")

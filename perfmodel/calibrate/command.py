@@ -26,6 +26,7 @@ import sys
 import numpy as np
 import pandas as pd
 from perfmodel.structured_text import dump_yaml
+from pydantic import ValidationError
 from scipy.optimize import least_squares
 
 from perfmodel.calibration_profile import Calibration, load_calibration
@@ -304,14 +305,25 @@ def run_calibration(
                 "predicted_before_s": round(float(row.predicted_before_s), 6),
                 "predicted_after_s": round(float(row.predicted_after_s), 6),
                 "err_after_pct": round(float(row.err_after_pct), 2)})
-            bound = " (at its bound: compute alone does not explain the gap)" if row.at_bound else ""
+            log_entries[row.path].update({"kernel_efficiency_fit": round(float(row.kernel_efficiency), 6),
+                                          "applied": bool(row.applied)})
             echo(f"log {row.path}: {row.framework} configuration from its arguments block; measured "
                  f"{row.measured_iteration_time_s:.3f} s, predicted {row.predicted_before_s:.3f} s "
                  f"({row.err_before_pct:+.1f}%) before the fit, {row.predicted_after_s:.3f} s "
-                 f"({row.err_after_pct:+.1f}%) after; {row.framework} kernel_efficiency = "
-                 f"{row.kernel_efficiency:.3f}{bound}")
+                 f"({row.err_after_pct:+.1f}%) after; {row.framework} kernel_efficiency = {row.kernel_efficiency:.3f}")
+            if not row.fits_memory:
+                print(f"warning: log {row.path}: its configuration needs more memory than {spec.name} has in the "
+                      "model: is --gpu the one it ran on?", file=sys.stderr)
+            if row.at_bound:
+                print(f"warning: log {row.path}: the {row.framework} kernel efficiency fit ends on its bound "
+                      f"({row.kernel_efficiency:.3f}): kernel speed does not explain this log's time (check --gpu, "
+                      "--gpus-per-node and the network), so it is not applied", file=sys.stderr)
+        applied = table[table.applied].groupby("framework")["kernel_efficiency"].first()
+        if applied.empty and not (parsed_nccl or parsed_gemm or parsed_runs):
+            raise NothingUsable("logs: no kernel efficiency fit is within its bounds; nothing to apply, no profile "
+                                "written")
         cal = cal.model_copy(update={"provenance": {**cal.provenance, "logs_fit_params": {
-            f"{fw}.kernel_efficiency": float(v) for fw, v in table.groupby("framework")["kernel_efficiency"].first().items()}}})
+            f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}}})
     provenance = {
         **cal.provenance,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -336,12 +348,20 @@ def _trace_nccl_check(coll: pd.DataFrame, spec, gpus_per_node, scale_out_gbit_pe
     if rows.empty:
         return None
     ratios = []
+    skipped = 0
     for (op, n), g in rows.groupby(["collective", "group_size"]):
-        inputs = collective_inputs(spec, int(n), gpn, scale_out_gbit_per_s, network, op, cal)
+        try:
+            inputs = collective_inputs(spec, int(n), gpn, scale_out_gbit_per_s, network, op, cal)
+        except (InputError, ValidationError):  # a group no cluster of this shape has (12 ranks on 8-GPU nodes)
+            skipped += len(g)
+            continue
         pred = np.asarray(collective_time(op, g["bytes"].to_numpy(float), int(n), inputs), dtype=float)
         ratios.append(g["dur_s"].to_numpy(float) / pred)
+    if not ratios:
+        return None
     r = np.concatenate(ratios)
-    return {"nccl_kernels_compared": int(r.size), "nccl_median_measured_over_predicted": round(float(np.median(r)), 4),
+    return {"nccl_kernels_compared": int(r.size), "nccl_kernels_not_compared": skipped,
+            "nccl_median_measured_over_predicted": round(float(np.median(r)), 4),
             "nccl_median_abs_err_pct": round(float(np.median(np.abs(1.0 / r - 1.0)) * 100.0), 2)}
 
 
@@ -350,7 +370,7 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     block (``fit_logs.LogPoint``), else None. A block that does not describe a costable run is an
     error naming the log: better no profile than one fitted to a guess."""
     from perfmodel.calibrate.fit_logs import MEGATRON_LOG_FRAMEWORKS, LogPoint, measured_iteration_time_s
-    from perfmodel.calibrate.log_config import megatron_log_specs
+    from perfmodel.calibrate.log_config import megatron_log_overrides, megatron_log_specs
     from perfmodel.calibrate.parsers.megatron_args import parse_megatron_arguments
     from perfmodel.estimate import check_config
 
@@ -362,6 +382,7 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
         return None
     specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
                                scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
+    overrides = megatron_log_overrides(args, specs[3].precision)
     try:
         check_config(*specs)
     except InputError as exc:
@@ -370,7 +391,7 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     if not np.isfinite(measured):
         raise InputError("training log", "its iteration lines carry no time or tokens/s to fit to", str(path))
     return LogPoint(path=path, framework=framework, specs=specs, measured_iteration_time_s=measured,
-                    iterations=len(log))
+                    iterations=len(log), overrides=overrides)
 
 
 def _plain(obj):

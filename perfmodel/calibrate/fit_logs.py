@@ -12,7 +12,7 @@ value: a log's time is one number and identifies one parameter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ class LogPoint:
     specs: tuple  # (ModelSpec, ClusterSpec, ParallelSpec, JobSpec)
     measured_iteration_time_s: float
     iterations: int
+    overrides: dict = field(default_factory=dict)
+    """step inputs the log's own flags set (``log_config.megatron_log_overrides``)"""
 
 
 def measured_iteration_time_s(log: pd.DataFrame, global_batch: int, seq_len: int, n_gpus: int) -> float:
@@ -56,7 +58,7 @@ def _inputs(points: list[LogPoint], cal: Calibration) -> dict[str, np.ndarray]:
     rows = []
     for p in points:
         check_config(*p.specs)
-        rows.append(build_inputs(*p.specs, cal))
+        rows.append({**build_inputs(*p.specs, cal), **p.overrides})
     return {k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS}
 
 
@@ -68,7 +70,10 @@ def predicted_iteration_time_s(points: list[LogPoint], cal: Calibration) -> np.n
 
 def fit_logs(points: list[LogPoint], cal: Calibration) -> tuple[Calibration, pd.DataFrame]:
     """Each framework's kernel_efficiency fitted to its logs; the calibration with them and a table
-    of every log: measured, predicted before and after, errors (%), and the fitted value."""
+    of every log: measured, predicted before and after, errors (%), the fitted value and whether it
+    was applied. A fit that ends on a bound of kernel_efficiency is not applied: the logs' time is
+    not a matter of kernel speed (a wrong --gpu or network, or a cost the model lacks), and writing
+    the bound would skew every estimate of that stack."""
     lo, hi, _ = FRAMEWORK_PARAMS["kernel_efficiency"]
     before = predicted_iteration_time_s(points, cal)
     fitted: dict[str, dict[str, float]] = {}
@@ -83,9 +88,13 @@ def fit_logs(points: list[LogPoint], cal: Calibration) -> tuple[Calibration, pd.
 
         res = least_squares(residual, [start], bounds=([lo], [hi]), loss="soft_l1", f_scale=LOSS_SCALE)
         fitted[fw] = {"kernel_efficiency": float(res.x[0])}
+    def at_bound(fw: str) -> bool:
+        return not lo + 1e-6 < fitted[fw]["kernel_efficiency"] < hi - 1e-6
+
     frameworks = {**cal.frameworks}
     for fw, vals in fitted.items():
-        frameworks[fw] = {**frameworks.get(fw, {}), **vals}
+        if not at_bound(fw):
+            frameworks[fw] = {**frameworks.get(fw, {}), **vals}
     cal = cal.model_copy(update={"frameworks": frameworks})
     after = predicted_iteration_time_s(points, cal)
     meas = np.array([p.measured_iteration_time_s for p in points])
@@ -99,6 +108,8 @@ def fit_logs(points: list[LogPoint], cal: Calibration) -> tuple[Calibration, pd.
         "err_before_pct": 100.0 * (before / meas - 1.0),
         "err_after_pct": 100.0 * (after / meas - 1.0),
         "kernel_efficiency": [fitted[p.framework]["kernel_efficiency"] for p in points],
-        "at_bound": [not lo + 1e-6 < fitted[p.framework]["kernel_efficiency"] < hi - 1e-6 for p in points],
+        "at_bound": [at_bound(p.framework) for p in points],
+        "applied": [not at_bound(p.framework) for p in points],
+        "fits_memory": [bool(f) for f in step_costs(_inputs(points, cal))["fits"]] if points else [],
     })
     return cal, table

@@ -12,12 +12,18 @@ import math
 from pydantic import ValidationError
 
 from perfmodel.errors import InputError, from_validation_error
-from perfmodel.calibrate.parsers.megatron_args import arg_value
+from perfmodel.frameworks import framework_profile
+from perfmodel.calibrate.parsers.megatron_args import MegatronArguments, arg_value
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.hardware import AcceleratorSpec
 
 #: GPT-2 BPE's vocabulary (Megatron's GPT2BPETokenizer reads gpt2-vocab.json: 50,257 entries)
 GPT2_BPE_VOCAB = 50257
+
+
+def _at(args: dict, name: str, where: str) -> str:
+    """'file:line' of the argument where the block records it, else the file."""
+    return args.where(name) if isinstance(args, MegatronArguments) and name in args else where
 
 
 def _get(args: dict, name: str, where: str, default=InputError):
@@ -31,8 +37,11 @@ def _get(args: dict, name: str, where: str, default=InputError):
 
 def _whole(args: dict, name: str, where: str, default=InputError) -> int:
     value = _get(args, name, where, default)
+    if isinstance(value, float) and value.is_integer():  # Megatron-DeepSpeed: --zero-stage default 1.0
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(name, f"must be a whole number > 0 in the arguments block (got {args.get(name)!r})", where)
+        raise InputError(name, f"must be a whole number > 0 in the arguments block (got {args.get(name)!r})",
+                         _at(args, name, where))
     return value
 
 
@@ -82,10 +91,15 @@ def _precision(args: dict, where: str) -> str:
                      "modelled", where)
 
 
-def _zero_stage(args: dict) -> int:
-    if _flag(args, "deepspeed"):  # Megatron-DeepSpeed: --zero-stage N with --deepspeed
+def _zero_stage(args: dict, where: str) -> int:
+    if _flag(args, "deepspeed"):  # Megatron-DeepSpeed: --zero-stage N (type=int, default 1.0) with --deepspeed
         stage = arg_value(args.get("zero_stage"))
-        return stage if isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= 3 else 0
+        if isinstance(stage, float) and stage.is_integer():
+            stage = int(stage)
+        if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+            raise InputError("zero_stage", f"must be 0, 1, 2 or 3 with --deepspeed (got {args.get('zero_stage')!r})",
+                             _at(args, "zero_stage", where))
+        return stage
     if any(_flag(args, k) for k in ("use_torch_fsdp2", "use_custom_fsdp", "use_megatron_fsdp")):
         return 3
     return 1 if _flag(args, "use_distributed_optimizer") else 0
@@ -102,15 +116,18 @@ def megatron_log_specs(
     where: str,
 ) -> tuple[ModelSpec, ClusterSpec, ParallelSpec, JobSpec]:
     """(model, cluster, parallel, job) of the run whose arguments block is ``args``."""
-    experts = arg_value(args.get("num_experts"))
-    if experts not in (None, 0, 1):
-        raise InputError("num_experts", f"mixture-of-experts runs ({experts} experts) are not modelled", where)
+    experts = arg_value(args.get("num_experts"))  # Megatron-DeepSpeed prints a list per expert group: [1] = dense
+    counts = experts if isinstance(experts, (list, tuple)) else [experts]
+    if not all(c is None or (isinstance(c, int) and not isinstance(c, bool) and c <= 1) for c in counts):
+        raise InputError("num_experts", f"mixture-of-experts runs ({args.get('num_experts')} experts) are not modelled",
+                         _at(args, "num_experts", where))
     tp = _whole(args, "tensor_model_parallel_size", where, 1)
     pp = _whole(args, "pipeline_model_parallel_size", where, 1)
     cp = _whole(args, "context_parallel_size", where, 1)
     world = _whole(args, "world_size", where)
     if world % (tp * pp * cp):
-        raise InputError("world_size", f"must be a multiple of tp x pp x cp = {tp * pp * cp} (got {world})", where)
+        raise InputError("world_size", f"must be a multiple of tp x pp x cp = {tp * pp * cp} (got {world})",
+                         _at(args, "world_size", where))
     dp = _whole(args, "data_parallel_size", where, world // (tp * pp * cp))
     heads = _whole(args, "num_attention_heads", where)
     hidden = _whole(args, "hidden_size", where)
@@ -121,7 +138,9 @@ def megatron_log_specs(
             name=f"megatron-log-l{_whole(args, 'num_layers', where)}-h{hidden}",
             n_layers=_whole(args, "num_layers", where),
             hidden_size=hidden,
-            ffn_hidden_size=_whole(args, "ffn_hidden_size", where, 4 * hidden),
+            # Megatron's own default when unset: 4h, or int(4h * 2/3 / 64) * 64 with --swiglu
+            ffn_hidden_size=_whole(args, "ffn_hidden_size", where,
+                                   int(4 * hidden * 2 / 3 / 64) * 64 if mlp == "swiglu" else 4 * hidden),
             n_heads=heads,
             n_kv_heads=kv,
             vocab_size=_vocab(args, tp, where),
@@ -133,10 +152,29 @@ def megatron_log_specs(
         parallel = ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=_whole(args, "virtual_pipeline_model_parallel_size", where, 1),
             micro_batch=_whole(args, "micro_batch_size", where), sp=_flag(args, "sequence_parallel") and tp > 1,
-            zero_stage=_zero_stage(args), recompute=_recompute(args),
+            zero_stage=_zero_stage(args, where), recompute=_recompute(args),
         )
         job = JobSpec(global_batch=_whole(args, "global_batch_size", where), seq_len=_whole(args, "seq_length", where),
                       precision=_precision(args, where), framework=framework)
     except ValidationError as exc:
         raise from_validation_error(exc, where=where) from None
     return model, cluster, parallel, job
+
+
+def megatron_log_overrides(args: dict, precision: str) -> dict[str, float]:
+    """Step inputs the block's own flags set for this run, over the megatron-lm profile's defaults
+    (no overlap, fp16 gradients in fp16 runs): --overlap-grad-reduce, --overlap-param-gather and
+    --tp-comm-overlap take the overlaps of Megatron-Core's performance recipes (the nemo profile),
+    and --accumulate-allreduce-grads-in-fp32 keeps fp32 gradients in an fp16 run. Without them the
+    fitted kernel efficiency would absorb the overlap."""
+    recipe = framework_profile("nemo")
+    out: dict[str, float] = {}
+    if _flag(args, "overlap_grad_reduce"):
+        out["dp_overlap"] = recipe.dp_overlap
+    if _flag(args, "overlap_param_gather"):
+        out["param_gather_overlap"] = recipe.param_gather_overlap
+    if _flag(args, "tp_comm_overlap"):
+        out["tp_overlap"] = recipe.tp_overlap
+    if precision == "fp16" and _flag(args, "accumulate_allreduce_grads_in_fp32"):
+        out["grad_bytes_per_param"] = 4.0
+    return out

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from perfmodel.calibration_profile import REPO_ROOT, Calibration
+from perfmodel.errors import InputError, read_text_file
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
+from perfmodel.structured_text import load_yaml
 
 Rows = list[tuple[str, str]]
 
@@ -52,12 +53,14 @@ def job_rows(job: JobSpec) -> Rows:
 def _collectives_quality(ref: str) -> str | None:
     """Median of the per-file median |relative error| of a collectives fit the profile points to."""
     path = Path(ref) if Path(ref).is_absolute() else REPO_ROOT / ref
+    # a description line of the report, never its failure: an unreadable or odd file just goes unmentioned
     try:
-        prov = (yaml.safe_load(path.read_text()) or {}).get("provenance", {})
-    except (OSError, yaml.YAMLError, AttributeError):
+        prov = (load_yaml(read_text_file(path, "calibration.provenance.collectives"), "collectives", str(path))
+                or {}).get("provenance", {})
+        errs = [float(v) for v in (prov.get("file_median_abs_error") or {}).values()]
+    except (InputError, AttributeError, TypeError, ValueError):
         return None
-    errs = list((prov.get("file_median_abs_error") or {}).values())
-    if not errs:
+    if not errs or not all(np.isfinite(errs)):
         return None
     return f"{len(errs)} nccl-tests files, median |error| {np.median(errs):.1%} (worst file {max(errs):.1%})"
 

@@ -237,14 +237,16 @@ def test_hostile_documents_are_one_error_line(tmp_path):
 def test_bad_measurements_and_partial_outputs(tmp_path):
     """A negative measurement or an unknown target makes its row invalid (not scored as ok); a log line
     whose time is not a number is an error, not skipped; an all-infeasible what-if writes nothing."""
-    df = pd.read_csv(RUNS, dtype=str).head(3)
+    df = pd.read_csv(RUNS, dtype=str).head(4)
     df.loc[0, "tokens_per_s_per_gpu"] = "-138"
     df.loc[1, "target"] = "banana"
+    df.loc[3, "scale_out_gbit_per_s_per_node"] = "0.0001"  # below estimate's floor: every time would overflow
     src = tmp_path / "runs.csv"
     df.to_csv(src, index=False)
     res = run("validate", str(src), "--out", str(tmp_path / "p.csv"))
     pred = pd.read_csv(tmp_path / "p.csv")
-    assert res.returncode == 0 and list(pred["status"]) == ["invalid", "invalid", "ok"]
+    assert res.returncode == 0 and list(pred["status"]) == ["invalid", "invalid", "ok", "invalid"]
+    assert "scale_out_gbit_per_s_per_node: must be a number from 0.001" in pred["reason"][3]
     assert "cannot be negative" in pred["reason"][0] and "target: must be one of" in pred["reason"][1]
     log = tmp_path / "nan.log"
     log.write_text(" iteration 1/ 3 | elapsed time per iteration (ms): 5.0 |\n"

@@ -163,3 +163,68 @@ def test_trace_nccl_kernels_are_compared_with_the_model():
     slow = coll.assign(dur_s=coll.dur_s * 2.0)
     assert _trace_nccl_check(slow, H100, None, None, None, cal)["nccl_median_abs_err_pct"] == pytest.approx(50.0)
     assert _trace_nccl_check(coll[coll.collective == "broadcast"], H100, None, None, None, cal) is None
+
+
+def test_megatron_deepspeed_blocks_and_their_own_spellings(tmp_path):
+    """Megatron-DeepSpeed prints num_experts as a list ([1] = dense) and --zero-stage as 1.0; torchrun
+    --tee prefixes every line with [defaultN]:."""
+    args = {k: v for k, v in parse_megatron_arguments(LOG).items()}
+    args.update({"num_experts": "[1]", "deepspeed": "True", "zero_stage": "1.0", "use_distributed_optimizer": "False"})
+    parsed = parse_megatron_arguments(_write(tmp_path, ["[default0]:" + ln for ln in _block(args)]))
+    assert arg_value(parsed["num_experts"]) == [1]
+    model, _, par, _ = _specs(parsed)
+    assert par.zero_stage == 1 and model.n_layers == 32
+    parsed["num_experts"] = "[8, 8]"
+    with pytest.raises(InputError, match="num_experts"):
+        _specs(parsed)
+
+
+def test_errors_name_the_line_of_the_argument(tmp_path):
+    args = {**parse_megatron_arguments(LOG), "num_layers": "abc"}
+    block = _block(args)
+    line = 2 + next(i for i, ln in enumerate(block) if ln.startswith("  num_layers "))  # 1-based, after a preamble
+    parsed = parse_megatron_arguments(_write(tmp_path, ["some preamble"] + block))
+    with pytest.raises(InputError) as err:
+        _specs(parsed)
+    assert err.value.field == "num_layers" and err.value.where.endswith(f"run.log:{line}")
+    with pytest.raises(InputError, match=rf"run.log:{line}: num_layers: printed twice .*line {line - 1}"):
+        parse_megatron_arguments(_write(tmp_path, block[:line - 1] + [block[line - 2]] + block[line - 1:]))
+
+
+def test_the_logs_own_overlap_flags_are_costed_not_fitted_away():
+    from perfmodel.calibrate.log_config import megatron_log_overrides
+    from perfmodel.frameworks import framework_profile
+
+    args = parse_megatron_arguments(LOG)
+    assert megatron_log_overrides(args, "bf16") == {}  # the fixture states overlap_grad_reduce False
+    flags = {**args, "overlap_grad_reduce": "True", "overlap_param_gather": "True", "tp_comm_overlap": "True",
+             "accumulate_allreduce_grads_in_fp32": "True"}
+    nemo = framework_profile("nemo")
+    assert megatron_log_overrides(flags, "fp16") == {
+        "dp_overlap": nemo.dp_overlap, "param_gather_overlap": nemo.param_gather_overlap,
+        "tp_overlap": nemo.tp_overlap, "grad_bytes_per_param": 4.0}
+    assert "grad_bytes_per_param" not in megatron_log_overrides(flags, "bf16")
+
+
+def test_a_fit_on_its_bound_is_not_applied(tmp_path):
+    """A log 20x slower than any kernel efficiency explains: warned, not applied, and with nothing
+    else to fit, no profile (exit 1)."""
+    slow = tmp_path / "slow.log"
+    slow.write_text(LOG.read_text().replace("(ms): 59", "(ms): 1190"))
+    out = tmp_path / "c.yaml"
+    res = _calibrate("--log", str(slow), "--out", str(out))
+    assert res.returncode == 1 and "on its bound" in res.stderr and not out.exists()
+    assert "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1].startswith("error: logs:")
+
+
+def test_a_trace_group_no_cluster_has_is_skipped_not_fatal():
+    import pandas as pd
+
+    from perfmodel.calibrate.command import _trace_nccl_check
+    from perfmodel.calibration_profile import load_calibration
+
+    coll = pd.DataFrame({"collective": ["all_reduce", "all_reduce"], "bytes": [1 << 20, 1 << 20],
+                         "group_size": [12, 8], "dur_s": [1e-3, 1e-3]})
+    check = _trace_nccl_check(coll, H100, None, None, None, load_calibration(None))
+    assert check["nccl_kernels_compared"] == 1 and check["nccl_kernels_not_compared"] == 1
+    assert _trace_nccl_check(coll.head(1), H100, None, None, None, load_calibration(None)) is None

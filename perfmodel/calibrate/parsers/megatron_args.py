@@ -12,7 +12,7 @@ Megatron-Kwai)::
 
 (dots pad each name to 48 characters; a longer name is followed by two spaces). Values are Python's
 ``str()`` of the argument: ``None``, ``True``/``False``, numbers, ``torch.bfloat16``, lists.
-A ``[rankN]:`` / ``N: `` launcher prefix is allowed, as in iteration lines.
+A ``[rankN]:`` / ``[defaultN]:`` / ``N: `` launcher prefix is allowed, as in iteration lines.
 
 The padded vocabulary is not an argument at print time: the tokenizer sets it later and prints
 `` > padded vocab (size: V) with D dummy tokens (new size: P)`` (``_vocab_size_with_padding``);
@@ -20,12 +20,13 @@ that line's P is returned as ``padded_vocab_size``.
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 from perfmodel.errors import InputError, read_text_file
 
-_RANK_PREFIX = re.compile(r"^(?:\[rank\d+\]:|\d+:\s)")
+_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\d+:\s)")  # torchrun --tee: [default0]:
 _START = re.compile(r"^-{3,} arguments -{3,}$")
 _END = re.compile(r"^-{3,} end of arguments -{3,}$")
 _ARG = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*) \.* ?(.*?)\s*$")
@@ -34,25 +35,40 @@ _MAX_BLOCK_LINES = 5000
 """Megatron-LM has about a thousand arguments; a block longer than this never closed."""
 
 
-def parse_megatron_arguments(path: str | Path) -> dict[str, str] | None:
-    """The first arguments block of a Megatron-family log as raw strings, or None when the log has
-    none. A block that starts but never ends, or holds a line that is not ``name .... value``, is an
-    ``InputError`` naming the file and line."""
+class MegatronArguments(dict):
+    """name -> printed value (text), with the log line of each: ``where(name)`` is 'file:line'."""
+
+    def __init__(self, path: Path, start: int):
+        super().__init__()
+        self.path = str(path)
+        self.start = start
+        self.lines: dict[str, int] = {}
+
+    def where(self, name: str) -> str:
+        return f"{self.path}:{self.lines.get(name, self.start)}"
+
+
+def parse_megatron_arguments(path: str | Path) -> MegatronArguments | None:
+    """The first arguments block of a Megatron-family log (values as printed), or None when the log
+    has none. A block that starts but never ends, holds a line that is not ``name .... value`` or
+    names an argument twice is an ``InputError`` naming the file and line."""
     path = Path(path)
     lines = read_text_file(path, "log", errors="replace").splitlines()
     texts = [_RANK_PREFIX.sub("", raw) for raw in lines]
     start = next((i for i, t in enumerate(texts, start=1) if _START.match(t.strip())), None)
     if start is None:
         return None
-    args: dict[str, str] = {}
+    args = MegatronArguments(path, start)
     for lineno in range(start + 1, min(len(texts), start + _MAX_BLOCK_LINES) + 1):
         text = texts[lineno - 1]
         if _END.match(text.strip()):
             if not args:
                 raise InputError("arguments", "the block lists no argument", f"{path}:{lineno}")
-            padded = next((m.group(1) for t in texts if (m := _PADDED_VOCAB.search(t))), None)
+            padded = next(((i, m.group(1)) for i, t in enumerate(texts, start=1) if (m := _PADDED_VOCAB.search(t))),
+                          None)
             if padded is not None and arg_value(args.get("padded_vocab_size")) is None:
-                args["padded_vocab_size"] = padded
+                args["padded_vocab_size"] = padded[1]
+                args.lines["padded_vocab_size"] = padded[0]
             return args
         if not text.strip():
             continue
@@ -60,7 +76,11 @@ def parse_megatron_arguments(path: str | Path) -> dict[str, str] | None:
         if m is None:
             raise InputError("arguments", "expected '  name .... value' inside Megatron's arguments block "
                              f"(got {text.strip()[:60]!r})", f"{path}:{lineno}")
-        args.setdefault(m.group(1), m.group(2))
+        if m.group(1) in args:
+            raise InputError(m.group(1), f"printed twice in the arguments block (first on line "
+                             f"{args.lines[m.group(1)]})", f"{path}:{lineno}")
+        args[m.group(1)] = m.group(2)
+        args.lines[m.group(1)] = lineno
     raise InputError("arguments", "the block never ends (no '---- end of arguments ----' line)", f"{path}:{start}")
 
 
@@ -73,6 +93,11 @@ def arg_value(text: str | None):
         return None
     if t in ("True", "False"):
         return t == "True"
+    if t[:1] in "[(":  # nargs='+' arguments print as Python lists (Megatron-DeepSpeed num_experts [1])
+        try:
+            return ast.literal_eval(t)
+        except (ValueError, SyntaxError):
+            return t
     for cast in (int, float):
         try:
             return cast(t)

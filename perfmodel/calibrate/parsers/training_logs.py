@@ -1,6 +1,7 @@
 """Training-log lines -> one row per logged iteration (REFERENCES.md §3c).
 
-Recognised lines (a ``[rankN]:`` / ``N: `` launcher prefix is allowed anywhere before them):
+Recognised lines (a ``[rankN]:`` / ``[defaultN]:`` (torchrun --tee) / ``N: `` launcher prefix is
+allowed anywhere before them):
 - Megatron-LM ``iteration N/M | ... elapsed time per iteration (ms): X | throughput per GPU
   (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``);
 - Megatron-Kwai: the same with ``tokens per sec per gpu: Z``;
@@ -111,7 +112,7 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
     for lineno, raw in enumerate(read_text_file(path, "log", errors="replace").splitlines(), start=1):
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
-        text = re.sub(r"^\s*(?:\[rank\d+\]:|\d+:\s)", "", _ANSI_RE.sub("", raw))
+        text = re.sub(r"^\s*(?:\[(?:rank|default)\d+\]:|\d+:\s)", "", _ANSI_RE.sub("", raw))
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)
