@@ -101,7 +101,8 @@ def recommend(
     except (InputError, ValidationError) as exc:
         fail(exc)
 
-    where = f"{spec.name} on {gpus_range or gpus} x {cluster.gpu.name}"
+    # --gpus with --gpus-range searches both: the header names every count searched
+    where = f"{spec.name} on {','.join(map(str, counts)) if counts else gpus} x {cluster.gpu.name}"
     if res.n_feasible == 0:
         if json_out:
             typer.echo(json.dumps(res.contract_json(top)))
