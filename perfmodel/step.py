@@ -222,6 +222,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # memory keeps the conservative ceil(n_layers / pp) layers; nanotron's split may hold more on a stage
     mem_layers = layers
     logits_p2p = np.zeros(())  # nanotron: the head's rank is not the last, the logits cross a p2p link
+    head_rank = np.zeros(())
     balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
     if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
         sub = _Subset(balanced, busy_layers, L, h, ffn, V, layer_s)
@@ -231,6 +232,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         busy_layers, busy_logits = sub.put(busy_layers, bl), sub.put(busy_logits, bh)
         mem_layers = sub.put(layers, np.maximum(split["max_layers"], sub.take(layers)))
         logits_p2p = sub.put(0.0, (split["head_rank"] < sub.take(pp) - 1.0).astype(float))
+        head_rank = sub.put(0.0, split["head_rank"])
     compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
     recompute_mb = busy_layers * layer_rc
     tp_mb = busy_layers * tp_layer_s
@@ -271,9 +273,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     )
     pp_comm = (1.0 - f64["pp_overlap"]) * 2.0 * p2p * (n_micro * v + pp - 1.0) * (pp > 1)
     # nanotron: when the balanced split leaves the head short of the last rank, the fp32 cast and the
-    # loss run there and every micro-batch's b s V / t logits (and their gradient) cross one more link
+    # loss run there and every micro-batch's b s V / t logits (and their gradient) go straight from the
+    # head's stage to the last one, a hop that leaves the domain iff a boundary falls in (r s, pp s - 1]
     if np.any(logits_p2p > 0):
-        last_hop_crosses = np.floor((pp * pp_stride - 1.0) / domain) > np.floor((pp - 2.0) * pp_stride / domain)
+        last_hop_crosses = np.floor((pp * pp_stride - 1.0) / domain) > np.floor(head_rank * pp_stride / domain)
         logits_link_s = coll("send_recv", ACT_BYTES * tokens * V / tp, np.minimum(pp, 2.0), hop_stride(last_hop_crosses))
         pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link_s * logits_p2p
 
