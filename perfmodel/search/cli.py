@@ -75,6 +75,7 @@ def recommend(
     from perfmodel.errors import InputError
     from perfmodel.search.emit import EMIT_TARGETS
     from perfmodel.search.emit import emit as emit_text
+    from perfmodel.search.emit import megatron_overlap_hint
     from perfmodel.search.engine import OBJECTIVES, run_search
     from perfmodel.search.explain import describe, explain
 
@@ -178,3 +179,6 @@ def recommend(
     if emitted is not None:
         typer.echo(f"{emit} configuration for {describe(best)}:")
         typer.echo(emitted)
+        hint = megatron_overlap_hint(job, best) if emit == "megatron" else None
+        if hint:
+            typer.echo(hint)

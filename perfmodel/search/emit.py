@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
+from perfmodel.frameworks import framework_profile
 from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
@@ -46,8 +47,12 @@ def _cfg(row: Mapping) -> dict:
 
 
 def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
-    """Megatron-LM arguments (one token per list item) for the configuration ``row``."""
+    """Megatron-LM arguments (one token per list item) for the configuration ``row``, as it was
+    costed: the communication-overlap flags only where the job's framework profile overlaps that
+    communication (``megatron-lm`` is Megatron-LM as its arguments default, without them; ``nemo`` /
+    ``megatron-bridge`` are Megatron-Core with its performance recipes' overlaps)."""
     c = _cfg(row)
+    profile = framework_profile(job.framework)
     L = model.n_layers
     f = [
         "--num-layers", str(L), "--hidden-size", str(model.hidden_size),
@@ -89,10 +94,12 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     elif c["zero"] >= 2:
         f += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[c["zero"]],
               "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
-    if c["dp"] * c.get("cp", 1) > 1:  # gradients are reduced over dp x cp
+    if c["dp"] * c.get("cp", 1) > 1 and profile.dp_overlap > 0:  # gradients are reduced over dp x cp
         f += ["--overlap-grad-reduce"]
-        if c["zero"] >= 1:
+        if c["zero"] >= 1 and profile.param_gather_overlap > 0:
             f += ["--overlap-param-gather"]
+    if c["tp"] > 1 and c["sp"] and profile.tp_overlap > 0:  # TransformerEngine userbuffers (needs SP)
+        f += ["--tp-comm-overlap"]
     prec = job.precision
     if prec == "fp16":
         f += ["--fp16"]
@@ -105,6 +112,20 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         elif prec == "nvfp4":
             f += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return f
+
+
+def megatron_overlap_hint(job: JobSpec, row: Mapping) -> str | None:
+    """What a Megatron-LM user could add beyond what was costed: the overlap flags the profile leaves off."""
+    c, profile = _cfg(row), framework_profile(job.framework)
+    extra = []
+    if c["dp"] * c["cp"] > 1 and profile.dp_overlap == 0:
+        extra.append("--overlap-grad-reduce" + (" --overlap-param-gather" if c["zero"] >= 1 else ""))
+    if c["tp"] > 1 and c["sp"] and profile.tp_overlap == 0:
+        extra.append("--tp-comm-overlap")
+    if not extra:
+        return None
+    return (f"# costed as {job.framework} runs by default (no overlap of this communication); "
+            f"{' '.join(extra)} should make it faster (--framework nemo costs those overlaps)")
 
 
 def format_megatron(flags: list[str]) -> str:

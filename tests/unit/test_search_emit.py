@@ -32,6 +32,7 @@ MEGATRON_ARGS = {
     # _add_training_args
     "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--no-gradient-accumulation-fusion",
+    "--tp-comm-overlap",  # next to --profile-ranks: "Enables the overlap of Tensor parallel communication and GEMM"
     # _add_data_args
     "--seq-length",
     # _add_distributed_args
@@ -87,8 +88,8 @@ ROWS = [
 ]
 
 
-def _job(precision="bf16"):
-    return pm.JobSpec(global_batch=1536, seq_len=2048, precision=precision)
+def _job(precision="bf16", framework="megatron-lm"):
+    return pm.JobSpec(global_batch=1536, seq_len=2048, precision=precision, framework=framework)
 
 
 @pytest.mark.parametrize("row", ROWS)
@@ -169,3 +170,21 @@ def test_emit_matches_search_winner():
     flags = megatron_flags(model, job, best)
     assert flags[flags.index("--pipeline-model-parallel-size") + 1] == str(best["pp"])
     assert flags[flags.index("--micro-batch-size") + 1] == str(best["micro_batch"])
+
+
+def test_megatron_flags_carry_the_overlaps_that_were_costed():
+    """megatron-lm is costed as Megatron-LM defaults (no overlap): its flags leave the overlap switches
+    off and the hint names them; nemo is costed with its recipes' overlaps and its flags turn them on."""
+    from perfmodel.search.emit import megatron_overlap_hint
+
+    model = pm.load_model("llama3-70b")
+    row = {"tp": 4, "pp": 4, "dp": 4, "cp": 1, "vpp": 1, "micro_batch": 1, "sp": True, "zero_stage": 1,
+           "recompute": "none"}
+    plain = megatron_flags(model, _job(framework="megatron-lm"), row)
+    recipe = megatron_flags(model, _job(framework="nemo"), row)
+    switches = {"--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"}
+    names = {t for t in recipe if t.startswith("--")}
+    assert not switches & set(plain) and switches <= names <= MEGATRON_ARGS
+    hint = megatron_overlap_hint(_job(framework="megatron-lm"), row)
+    assert all(s in hint for s in switches)
+    assert megatron_overlap_hint(_job(framework="nemo"), row) is None
