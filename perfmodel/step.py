@@ -261,7 +261,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # stage i's ranks are o + i * stride (placement tp-cp-dp-pp, o < stride): the hop from stage i to
     # i + 1 leaves the NVLink domain iff a domain boundary falls in (i s, (i + 2) s - 1]. The pipeline
     # runs at its slowest hop, so every stage's send is costed as a cross-domain one as soon as the
-    # stages span more than one domain (pp * stride > domain), even when stride < domain
+    # stages span more than one domain (pp * stride, i.e. the whole job, > domain), even when stride < domain
     def hop_stride(crosses):
         return np.where(crosses, np.maximum(pp_stride, domain), pp_stride)
 
