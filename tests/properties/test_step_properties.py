@@ -1,5 +1,6 @@
 """Properties of the composed step model over random valid configurations (hypothesis):
-breakdowns sum to totals, more bandwidth is never slower, no bubble without a pipeline,
+breakdowns sum to totals, more bandwidth is never slower (and matters only across NVLink
+domains), no bubble without a pipeline,
 one estimate == one element of the batched path, ZeRO never adds memory, outputs finite."""
 from __future__ import annotations
 
@@ -121,6 +122,18 @@ def test_more_scale_out_bandwidth_is_never_slower(cfg, bw, factor):
     for k in TIME_PARTS:
         assert fast.time_breakdown_s[k] <= slow.time_breakdown_s[k] * (1 + 1e-12) + 1e-15, k
     assert fast.memory_gib == pytest.approx(slow.memory_gib, rel=1e-12)
+
+
+@settings(**SETTINGS)
+@given(configs(), st.sampled_from([100.0, 400.0]))
+def test_the_network_matters_exactly_when_the_job_spans_nvlink_domains(cfg, bw):
+    """A job inside one NVLink domain never touches the scale-out network (its step time does not
+    depend on it); a pipeline spread over several domains pays it on every hop, whatever the stride."""
+    slow, fast = run(cfg, scale_out=bw), run(cfg, scale_out=bw * 16)
+    if cfg.n_gpus <= cfg.cluster().nvlink_domain_gpus:
+        assert slow.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=1e-12)
+    elif cfg.par.pp > 1:
+        assert slow.time_breakdown_s["pp_comm_s"] > fast.time_breakdown_s["pp_comm_s"]
 
 
 @settings(**SETTINGS)
