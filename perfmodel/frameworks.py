@@ -120,10 +120,11 @@ _MEGATRON_TE = dict(
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
     "megatron-lm": FrameworkProfile(
-        tp_overlap=0.0, dp_overlap=0.0, param_gather_overlap=0.0, pp_overlap=0.3, fp8_saves_quantized_inputs=True,
-        fp16_grads_in_param_dtype=True,
+        tp_overlap=0.0, dp_overlap=0.0, param_gather_overlap=0.0, zero3_overlap=0.0, pp_overlap=0.3,
+        fp8_saves_quantized_inputs=True, fp16_grads_in_param_dtype=True,
         source="Megatron-LM as its arguments default (megatron/training/arguments.py): --overlap-grad-reduce and "
-        "--overlap-param-gather off (store_true, default False; NeMo / Megatron-Bridge recipes turn them on), no TP "
+        "--overlap-param-gather off (store_true, default False; NeMo / Megatron-Bridge recipes turn them on; the "
+        "same switches overlap Megatron-FSDP's gathers and reduce-scatters, so ZeRO-3 is not overlapped either), no TP "
         "overlap; fp16 main grads unless --accumulate-allreduce-grads-in-fp32 (forced on for bf16); fp8 through "
         "TransformerEngine",
     ),

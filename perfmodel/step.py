@@ -94,6 +94,7 @@ class _Subset:
 def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Time and memory of one training step for every element of the input arrays."""
     f64 = {k: np.asarray(x[k], dtype=float) for k in STEP_INPUTS}
+    f64["job_gpus"] = f64["tp"] * f64["pp"] * f64["dp"] * f64["cp"]  # where a group may straddle NVLink domains
     L, h, ffn = f64["n_layers"], f64["hidden_size"], f64["ffn_hidden_size"]
     a, kv, V, mm = f64["n_heads"], f64["n_kv_heads"], f64["vocab_size"], f64["mlp_matrices"]
     s, B = f64["seq_len"], f64["global_batch"]
@@ -120,7 +121,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
             congestion_nodes=net["congestion_nodes"], ring_inter_node=net["ring_inter_node"] > 0,
             latency_log2_coeff=net["latency_log2_coeff"], ring_step_latency_s=net["ring_step_latency_s"],
-            ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"],
+            ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"], job_gpus=net["job_gpus"],
         )
 
     s_loc = s / cp                      # tokens of one sequence on one CP rank
@@ -322,7 +323,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
         "inter_latency_s", "congestion_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
-        "ll_latency_s", "ll_bandwidth_ratio")}
+        "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
 
     def coll_sub(op, size, n, stride):
         return coll(op, size, n, stride, net=net_sub)

@@ -63,11 +63,40 @@ def op_factor(op: str, n):
     raise ValueError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
 
 
-def members_per_domain(group_size, stride, domain_gpus):
-    """How many ranks of one group share an NVLink domain under the placement stride."""
-    group_size = np.asarray(group_size, dtype=float)
-    per_domain = np.floor(domain_gpus / np.maximum(stride, 1))
-    return np.clip(per_domain, 1.0, group_size)
+def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf):
+    """How many ranks of one group share an NVLink domain under the placement stride, for the group
+    that fares worst (a synchronous collective runs at its slowest group's pace).
+
+    A group of n ranks at stride s covers a block of n s consecutive GPUs; the blocks tile the job.
+    * A job of ``job_gpus`` <= D GPUs has no domain boundary inside it: all n ranks share one.
+    * Blocks line up with the domains when D divides n s or n s divides D: D / s ranks per domain
+      (all n when the block fits in one).
+    * Otherwise some block straddles a boundary (TP 4 on 6-GPU nodes: ranks 4-7 sit 2 + 2 on two
+      nodes): gcd(n s, D) / s ranks per domain in the worst block, at least 1. When the group is the
+      whole job (one block), its smallest domain is the last, partly filled one (DP 128 on two NVL72
+      racks: 72 + 56)."""
+    n = np.asarray(group_size, dtype=float)
+    s = np.maximum(np.asarray(stride, dtype=float), 1.0)
+    D = np.asarray(domain_gpus, dtype=float)
+    N = np.asarray(job_gpus, dtype=float)
+    span = n * s
+    span_i = np.maximum(np.rint(span).astype(np.int64), 1)
+    d_i = np.maximum(np.rint(D).astype(np.int64), 1)
+    lines_up = (d_i % span_i == 0) | (span_i % d_i == 0)
+    worst_block = np.floor(np.gcd(span_i, d_i) / s)
+    rem = np.where(np.isfinite(N), np.mod(np.where(np.isfinite(N), N, 0.0), D), 0.0)
+    last_domain = np.floor(np.where(rem > 0, rem, D) / s)
+    straddle = np.where(span >= N, last_domain, worst_block)
+    per_domain = np.where(N <= D, n, np.where(lines_up, np.floor(D / s), straddle))
+    return np.clip(per_domain, 1.0, np.maximum(n, 1.0))
+
+
+def domains_spanned(group_size, stride, domain_gpus, members):
+    """Domains the worst group touches: 1 inside one, else about n s / D and at least 2, at most n."""
+    n = np.asarray(group_size, dtype=float)
+    span = n * np.maximum(np.asarray(stride, dtype=float), 1.0)
+    return np.where(members >= n, 1.0, np.clip(np.ceil(span / np.asarray(domain_gpus, dtype=float) - 1e-9), 2.0,
+                                                np.maximum(n, 2.0)))
 
 
 def collective_time_s(
@@ -87,14 +116,16 @@ def collective_time_s(
     congestion_nodes=np.inf,
     ll_latency_s=0.0,
     ll_bandwidth_ratio=0.0,
+    job_gpus=np.inf,
 ):
     """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
 
     The keyword-only refinements are described in the module docstring; their defaults give
     the plain two-tier model."""
     n = np.asarray(group_size, dtype=float)
-    k = members_per_domain(n, stride, domain_gpus)
-    n_domains = np.maximum(n / k, 1.0)
+    k = members_per_domain(n, stride, domain_gpus, job_gpus)
+    # a group that does not fill its last domain still spans it: TP 8 on 6-GPU nodes spans 2, not 1.33
+    n_domains = domains_spanned(n, stride, domain_gpus, k)
     crosses = n_domains > 1.0
     ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
     ll_on = crosses & (ratio > 0)
@@ -112,14 +143,16 @@ def collective_time_s(
     else:
         intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
         inter_ranks = np.where(ring_inter_node, n, n_domains)
-        inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu)
+        # a group inside one domain never touches the NICs, flat-ring fabric or not
+        inter = np.where(crosses, op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu), 0.0)
     # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its
     # NICs (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes). Send/recv spans 2.
     inter = inter * np.where(crosses, 1.0 + n_domains / congestion_nodes, 1.0)
     latency = np.where(
         crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
     )
-    ring_steps = (2.0 if op == "all_reduce" else 1.0) * (n - 1.0)
+    # the fitted per-ring-step latency is the fabric's (nccl-tests across nodes): not NVLink's
+    ring_steps = np.where(crosses, (2.0 if op == "all_reduce" else 1.0) * (n - 1.0), 0.0)
     latency = latency + ring_steps * ring_step_latency_s
     bw_time = np.maximum(intra, inter)
     t = bw_time + latency

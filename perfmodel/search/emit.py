@@ -94,9 +94,12 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     elif c["zero"] >= 2:
         f += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _FSDP_STRATEGY[c["zero"]],
               "--use-distributed-optimizer", "--ckpt-format", "fsdp_dtensor", "--no-gradient-accumulation-fusion"]
-    if c["dp"] * c.get("cp", 1) > 1 and profile.dp_overlap > 0:  # gradients are reduced over dp x cp
+    # gradients are reduced over dp x cp; ZeRO-3 (Megatron-FSDP) overlaps under the same two switches
+    overlapped = (profile.zero3_overlap, profile.zero3_overlap) if c["zero"] >= 3 else (
+        profile.dp_overlap, profile.param_gather_overlap)
+    if c["dp"] * c.get("cp", 1) > 1 and overlapped[0] > 0:
         f += ["--overlap-grad-reduce"]
-        if c["zero"] >= 1 and profile.param_gather_overlap > 0:
+        if c["zero"] >= 1 and overlapped[1] > 0:
             f += ["--overlap-param-gather"]
     if c["tp"] > 1 and c["sp"] and profile.tp_overlap > 0:  # TransformerEngine userbuffers (needs SP)
         f += ["--tp-comm-overlap"]
@@ -118,7 +121,8 @@ def megatron_overlap_hint(job: JobSpec, row: Mapping) -> str | None:
     """What a Megatron-LM user could add beyond what was costed: the overlap flags the profile leaves off."""
     c, profile = _cfg(row), framework_profile(job.framework)
     extra = []
-    if c["dp"] * c["cp"] > 1 and profile.dp_overlap == 0:
+    overlapped = profile.zero3_overlap if c["zero"] >= 3 else profile.dp_overlap
+    if c["dp"] * c["cp"] > 1 and overlapped == 0:
         extra.append("--overlap-grad-reduce" + (" --overlap-param-gather" if c["zero"] >= 1 else ""))
     if c["tp"] > 1 and c["sp"] and profile.tp_overlap == 0:
         extra.append("--tp-comm-overlap")

@@ -124,7 +124,12 @@ def test_members_per_domain_follow_the_stride():
     assert float(members_per_domain(16, 2, 8)) == 4
     assert float(members_per_domain(4, 8, 8)) == 1
     assert float(members_per_domain(2, 1, 72)) == 2
-    assert float(members_per_domain(128, 1, 72)) == 72
+    # a group that does not line up with the domains runs at its worst block's pace
+    assert float(members_per_domain(128, 1, 72, job_gpus=128)) == 56  # the whole job: racks of 72 + 56
+    assert float(members_per_domain(16, 1, 72, job_gpus=144)) == 8     # TP 16: ranks 64-79 sit 8 + 8
+    assert float(members_per_domain(4, 1, 6, job_gpus=48)) == 2        # TP 4 on 6-GPU nodes: ranks 4-7 sit 2 + 2
+    assert float(members_per_domain(8, 1, 6, job_gpus=96)) == 2
+    assert float(members_per_domain(16, 1, 72, job_gpus=16)) == 16     # a job inside one domain straddles nothing
 
 
 def test_congestion_derates_only_the_inter_node_part_by_the_nodes_spanned():
