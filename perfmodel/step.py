@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from perfmodel.costs.comm import collective_time_s
+from perfmodel.costs.comm import collective_time_s, group_placement
 from perfmodel.costs.compute import elementwise_time_s, flash_attention_efficiency, gemm_time_s
 from perfmodel.costs.flops import (
     model_flops_per_token,
@@ -114,14 +114,24 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     def gemm(m_, n_, k_):
         return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke
 
+    placements: dict = {}  # one placement per process group (its arrays kept alive, so ids stay unique)
+    # power-of-two parallel sizes and NVLink domains: every group's block lines up with the domains
+    lined_up = all(bool(np.all(np.exp2(np.round(np.log2(np.maximum(v, 1.0)))) == v))
+                   for v in (tp, pp, dp, cp, f64["nvlink_domain_gpus"]))
+
     def coll(op, size, n, stride, nic_scale=1.0, net=f64):
         """Two-tier collective on the cluster described by ``net`` (f64, or a subset of it)."""
+        key = (id(n), id(stride), id(net))
+        if key not in placements:
+            placements[key] = (n, stride, group_placement(n, stride, net["nvlink_domain_gpus"], net["job_gpus"],
+                                                           lined_up))
         return collective_time_s(
             op, size, n, stride, net["nvlink_domain_gpus"], net["nvlink_bytes_per_s"],
             net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
             congestion_nodes=net["congestion_nodes"], ring_inter_node=net["ring_inter_node"] > 0,
             latency_log2_coeff=net["latency_log2_coeff"], ring_step_latency_s=net["ring_step_latency_s"],
             ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"], job_gpus=net["job_gpus"],
+            placement=placements[key][2],
         )
 
     s_loc = s / cp                      # tokens of one sequence on one CP rank

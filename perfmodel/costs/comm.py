@@ -63,7 +63,7 @@ def op_factor(op: str, n):
     raise ValueError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
 
 
-def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf):
+def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
     """How many ranks of one group share an NVLink domain under the placement stride, for the group
     that fares worst (a synchronous collective runs at its slowest group's pace).
 
@@ -74,29 +74,45 @@ def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf):
     * Otherwise some block straddles a boundary (TP 4 on 6-GPU nodes: ranks 4-7 sit 2 + 2 on two
       nodes): gcd(n s, D) / s ranks per domain in the worst block, at least 1. When the group is the
       whole job (one block), its smallest domain is the last, partly filled one (DP 128 on two NVL72
-      racks: 72 + 56)."""
+      racks: 72 + 56).
+    ``lined_up``: the caller knows every block lines up (power-of-two groups and domains): skip the test."""
     n = np.asarray(group_size, dtype=float)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
     D = np.asarray(domain_gpus, dtype=float)
     N = np.asarray(job_gpus, dtype=float)
     span = n * s
-    span_i = np.maximum(np.rint(span).astype(np.int64), 1)
-    d_i = np.maximum(np.rint(D).astype(np.int64), 1)
-    lines_up = (d_i % span_i == 0) | (span_i % d_i == 0)
-    worst_block = np.floor(np.gcd(span_i, d_i) / s)
-    rem = np.where(np.isfinite(N), np.mod(np.where(np.isfinite(N), N, 0.0), D), 0.0)
-    last_domain = np.floor(np.where(rem > 0, rem, D) / s)
-    straddle = np.where(span >= N, last_domain, worst_block)
-    per_domain = np.where(N <= D, n, np.where(lines_up, np.floor(D / s), straddle))
+    # lined-up blocks (and a job inside one domain): D / s per domain, clipped to n below
+    per_domain = np.floor(D / s)
+    if lined_up:
+        return np.clip(per_domain, 1.0, np.maximum(n, 1.0))
+    # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point)
+    up, down = D / span, span / D
+    misfit = (up != np.floor(up)) & (down != np.floor(down)) & (N > D)
+    if np.any(misfit):  # rare (power-of-two layouts on 8-GPU nodes never are): gcd only then
+        span_i = np.maximum(np.rint(span).astype(np.int64), 1)
+        worst_block = np.floor(np.gcd(span_i, np.maximum(np.rint(D).astype(np.int64), 1)) / s)
+        rem = np.mod(np.where(np.isfinite(N), N, 0.0), D)
+        last_domain = np.floor(np.where(rem > 0, rem, D) / s)
+        per_domain = np.where(misfit, np.where(span >= N, last_domain, worst_block), per_domain)
     return np.clip(per_domain, 1.0, np.maximum(n, 1.0))
 
 
-def domains_spanned(group_size, stride, domain_gpus, members):
-    """Domains the worst group touches: 1 inside one, else about n s / D and at least 2, at most n."""
+def domains_spanned(group_size, stride, domain_gpus, members, lined_up=False):
+    """Domains the worst group touches: 1 inside one, else about n s / D and at least 2, at most n
+    (n / members exactly when the blocks line up)."""
     n = np.asarray(group_size, dtype=float)
+    if lined_up:
+        return np.maximum(n / members, 1.0)
     span = n * np.maximum(np.asarray(stride, dtype=float), 1.0)
     return np.where(members >= n, 1.0, np.clip(np.ceil(span / np.asarray(domain_gpus, dtype=float) - 1e-9), 2.0,
                                                 np.maximum(n, 2.0)))
+
+
+def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
+    """(ranks per domain in the worst-placed group, domains it spans); a group that does not fill its
+    last domain still spans it: TP 8 on 6-GPU nodes spans 2, not 1.33."""
+    k = members_per_domain(group_size, stride, domain_gpus, job_gpus, lined_up)
+    return k, domains_spanned(group_size, stride, domain_gpus, k, lined_up)
 
 
 def collective_time_s(
@@ -117,15 +133,15 @@ def collective_time_s(
     ll_latency_s=0.0,
     ll_bandwidth_ratio=0.0,
     job_gpus=np.inf,
+    placement=None,
 ):
     """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
 
     The keyword-only refinements are described in the module docstring; their defaults give
-    the plain two-tier model."""
+    the plain two-tier model. ``placement``: the group's (members per domain, domains spanned) when
+    the caller has them already (``group_placement``), so several collectives of one group share them."""
     n = np.asarray(group_size, dtype=float)
-    k = members_per_domain(n, stride, domain_gpus, job_gpus)
-    # a group that does not fill its last domain still spans it: TP 8 on 6-GPU nodes spans 2, not 1.33
-    n_domains = domains_spanned(n, stride, domain_gpus, k)
+    k, n_domains = placement if placement is not None else group_placement(n, stride, domain_gpus, job_gpus)
     crosses = n_domains > 1.0
     ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
     ll_on = crosses & (ratio > 0)
@@ -144,7 +160,7 @@ def collective_time_s(
         intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
         inter_ranks = np.where(ring_inter_node, n, n_domains)
         # a group inside one domain never touches the NICs, flat-ring fabric or not
-        inter = np.where(crosses, op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu), 0.0)
+        inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu) * crosses
     # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its
     # NICs (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes). Send/recv spans 2.
     inter = inter * np.where(crosses, 1.0 + n_domains / congestion_nodes, 1.0)
@@ -152,7 +168,7 @@ def collective_time_s(
         crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
     )
     # the fitted per-ring-step latency is the fabric's (nccl-tests across nodes): not NVLink's
-    ring_steps = np.where(crosses, (2.0 if op == "all_reduce" else 1.0) * (n - 1.0), 0.0)
+    ring_steps = (2.0 if op == "all_reduce" else 1.0) * (n - 1.0) * crosses
     latency = latency + ring_steps * ring_step_latency_s
     bw_time = np.maximum(intra, inter)
     t = bw_time + latency
