@@ -223,10 +223,9 @@ def build_inputs(
     cal = calibration if calibration is not None else load_calibration(None)
     constants, gpu, shape = cal.for_network(cluster.gpu, cluster.network)
     # the calibrated GPU (and fabric) replaces the catalog one, its scale-out latency included, unless
-    # the cluster states its own (ClusterSpec.build copies the catalog value when none is given), as
-    # runs_to_inputs does: one configuration costs the same in estimate, recommend and validate
-    latency_us = (gpu.scale_out_latency_us if cluster.scale_out_latency_us == cluster.gpu.scale_out_latency_us
-                  else cluster.scale_out_latency_us)
+    # the cluster states its own, as runs_to_inputs does: one configuration costs the same in
+    # estimate, recommend and validate
+    latency_us = cluster.scale_out_latency_us if cluster.scale_out_latency_stated else gpu.scale_out_latency_us
     cluster = cluster.model_copy(update={"gpu": gpu, "scale_out_latency_us": latency_us})
     profile = cal.framework(job.framework)
     flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention

@@ -130,7 +130,7 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     n = int(values.get("gpus", cluster.n_gpus))
     bw = float(values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node))
     try:
-        c = ClusterSpec.build(gpu, n, min(cluster.gpus_per_node, n), bw, cluster.scale_out_latency_us,
+        c = ClusterSpec.build(gpu, n, min(cluster.gpus_per_node, n), bw, cluster.stated_latency_us,
                               network=cluster.network)
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:

@@ -63,56 +63,69 @@ def op_factor(op: str, n):
     raise ValueError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
 
 
-def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
-    """How many ranks of one group share an NVLink domain under the placement stride, for the group
-    that fares worst (a synchronous collective runs at its slowest group's pace).
-
-    A group of n ranks at stride s covers a block of n s consecutive GPUs; the blocks tile the job.
-    * A job of ``job_gpus`` <= D GPUs has no domain boundary inside it: all n ranks share one.
-    * Blocks line up with the domains when D divides n s or n s divides D: D / s ranks per domain
-      (all n when the block fits in one).
-    * Otherwise some block straddles a boundary (TP 4 on 6-GPU nodes: ranks 4-7 sit 2 + 2 on two
-      nodes): gcd(n s, D) / s ranks per domain in the worst block, at least 1. When the group is the
-      whole job (one block), its smallest domain is the last, partly filled one (DP 128 on two NVL72
-      racks: 72 + 56).
-    ``lined_up``: the caller knows every block lines up (power-of-two groups and domains): skip the test."""
-    n = np.asarray(group_size, dtype=float)
-    s = np.maximum(np.asarray(stride, dtype=float), 1.0)
-    D = np.asarray(domain_gpus, dtype=float)
-    N = np.asarray(job_gpus, dtype=float)
-    span = n * s
-    # lined-up blocks (and a job inside one domain): D / s per domain, clipped to n below
-    per_domain = np.floor(D / s)
-    if lined_up:
-        return np.clip(per_domain, 1.0, np.maximum(n, 1.0))
-    # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point)
-    up, down = D / span, span / D
-    misfit = (up != np.floor(up)) & (down != np.floor(down)) & (N > D)
-    if np.any(misfit):  # rare (power-of-two layouts on 8-GPU nodes never are): gcd only then
-        span_i = np.maximum(np.rint(span).astype(np.int64), 1)
-        worst_block = np.floor(np.gcd(span_i, np.maximum(np.rint(D).astype(np.int64), 1)) / s)
-        rem = np.mod(np.where(np.isfinite(N), N, 0.0), D)
-        last_domain = np.floor(np.where(rem > 0, rem, D) / s)
-        per_domain = np.where(misfit, np.where(span >= N, last_domain, worst_block), per_domain)
-    return np.clip(per_domain, 1.0, np.maximum(n, 1.0))
-
-
-def domains_spanned(group_size, stride, domain_gpus, members, lined_up=False):
-    """Domains the worst group touches: 1 inside one, else about n s / D and at least 2, at most n
-    (n / members exactly when the blocks line up)."""
-    n = np.asarray(group_size, dtype=float)
-    if lined_up:
-        return np.maximum(n / members, 1.0)
-    span = n * np.maximum(np.asarray(stride, dtype=float), 1.0)
-    return np.where(members >= n, 1.0, np.clip(np.ceil(span / np.asarray(domain_gpus, dtype=float) - 1e-9), 2.0,
-                                                np.maximum(n, 2.0)))
+def _worst_block(span, D, N, s):
+    """(ranks in the smallest domain piece, domains touched) of the worst-placed block of ``span``
+    consecutive GPUs among the blocks that tile a job of N GPUs on domains of D (arrays of one shape).
+    Block j starts at j span: its pieces are the rest of the domain it starts in, whole domains, and
+    the start of the last one. Start offsets repeat every D / gcd(span, D) blocks, so at most that
+    many (72 on NVL72) are walked, and no more than the job holds."""
+    g = np.gcd(np.maximum(np.rint(span).astype(np.int64), 1), np.maximum(np.rint(D).astype(np.int64), 1))
+    blocks = np.where(np.isfinite(N), np.floor(np.where(np.isfinite(N), N, 0.0) / span), np.inf)
+    walk = np.maximum(np.minimum(blocks, D / g), 1.0)
+    least, touched = np.full(span.shape, np.inf), np.ones(span.shape)
+    for j in range(int(walk.max()) if walk.size else 0):
+        active = j < walk
+        start = np.mod(j * span, D)
+        first = np.minimum(span, D - start)
+        rest = span - first
+        full = np.floor(rest / D)
+        last = rest - full * D
+        piece = np.minimum(first, np.where(last > 0, last, np.inf))
+        piece = np.where(full > 0, np.minimum(piece, D), piece)
+        domains = 1.0 + full + (last > 0)
+        worse = active & ((piece < least) | ((piece == least) & (domains > touched)))
+        least, touched = np.where(worse, piece, least), np.where(worse, domains, touched)
+    return np.maximum(np.floor(least / s), 1.0), touched
 
 
 def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
-    """(ranks per domain in the worst-placed group, domains it spans); a group that does not fill its
-    last domain still spans it: TP 8 on 6-GPU nodes spans 2, not 1.33."""
-    k = members_per_domain(group_size, stride, domain_gpus, job_gpus, lined_up)
-    return k, domains_spanned(group_size, stride, domain_gpus, k, lined_up)
+    """(ranks per NVLink domain, domains spanned) of the worst-placed group of ``group_size`` ranks at
+    the placement ``stride`` -- a synchronous collective runs at its slowest group's pace.
+
+    A group of n ranks at stride s covers a block of n s consecutive GPUs; the blocks tile the job.
+    * A job of ``job_gpus`` <= D GPUs has no domain boundary inside it: all n ranks share one.
+    * Blocks line up with the domains when D divides n s or n s divides D: D / s ranks in each of
+      n s / D domains (all n in one when the block fits).
+    * Otherwise some block straddles a boundary and the worst one sets the pace (``_worst_block``):
+      TP 4 on 6-GPU nodes, ranks 4-7 sit 2 + 2 on two nodes; DP 128 as the whole job on NVL72 racks,
+      72 + 56; TP 16 on 144 GB200s, ranks 64-79 sit 8 + 8.
+    ``lined_up``: the caller knows every block lines up (power-of-two sizes and domains): no test."""
+    n = np.asarray(group_size, dtype=float)
+    s = np.maximum(np.asarray(stride, dtype=float), 1.0)
+    D = np.asarray(domain_gpus, dtype=float)
+    k = np.clip(np.floor(D / s), 1.0, np.maximum(n, 1.0))
+    n_domains = np.maximum(n / k, 1.0)
+    if lined_up:
+        return k, n_domains
+    N = np.asarray(job_gpus, dtype=float)
+    span = n * s
+    # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point)
+    up, down = D / span, span / D
+    misfit = (up != np.floor(up)) & (down != np.floor(down)) & (N > D)
+    if np.any(misfit):  # rare: power-of-two layouts on 8-GPU nodes never are
+        shape = np.broadcast(n, s, D, N).shape
+        span_b, D_b, N_b, s_b = (np.broadcast_to(v, shape)[np.broadcast_to(misfit, shape)] for v in (span, D, N, s))
+        k_w, dom_w = _worst_block(span_b, D_b, N_b, s_b)
+        k, n_domains = np.array(np.broadcast_to(k, shape)), np.array(np.broadcast_to(n_domains, shape))
+        where = np.broadcast_to(misfit, shape)
+        k[where] = np.minimum(k_w, np.broadcast_to(n, shape)[where])
+        n_domains[where] = np.minimum(dom_w, np.broadcast_to(np.maximum(n, 1.0), shape)[where])
+    return k, n_domains
+
+
+def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
+    """Ranks per NVLink domain of the worst-placed group (``group_placement``)."""
+    return group_placement(group_size, stride, domain_gpus, job_gpus, lined_up)[0]
 
 
 def collective_time_s(

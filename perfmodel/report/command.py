@@ -60,7 +60,7 @@ def report(
         for n in counts or ():  # each count as a cluster of this kind (whole nodes beyond one)
             try:
                 ClusterSpec.build(cluster.gpu, n, min(cluster.gpus_per_node, n), cluster.scale_out_gbit_per_s_per_node,
-                                  cluster.scale_out_latency_us, network=cluster.network)
+                                  cluster.stated_latency_us, network=cluster.network)
             except ValidationError as exc:
                 raise from_validation_error(exc, prefix="scaling_gpus") from None
         runs_df = None

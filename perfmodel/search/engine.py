@@ -312,7 +312,7 @@ def _cluster_with(cluster: ClusterSpec, n_gpus: int) -> ClusterSpec:
     try:
         return ClusterSpec.build(
             cluster.gpu, n_gpus, min(cluster.gpus_per_node, n_gpus), cluster.scale_out_gbit_per_s_per_node,
-            cluster.scale_out_latency_us, network=cluster.network,
+            cluster.stated_latency_us, network=cluster.network,
         )
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="gpus_range") from None

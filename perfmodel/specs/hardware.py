@@ -185,6 +185,10 @@ class ClusterSpec(BaseModel):
         ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, allow_inf_nan=False, description="Total NIC bandwidth per node."
     )
     scale_out_latency_us: float = Field(gt=0, allow_inf_nan=False)
+    scale_out_latency_stated: bool = Field(
+        default=False, description="The latency was given for this cluster; else it is the GPU profile's, and a "
+        "calibrated profile's value for the GPU or fabric replaces it (estimate.build_inputs)."
+    )
     network: str | None = Field(
         default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."
     )
@@ -225,5 +229,11 @@ class ClusterSpec(BaseModel):
                 scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s_per_node
             ),
             scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
+            scale_out_latency_stated=bool(scale_out_latency_us),
             network=network,
         )
+
+    @property
+    def stated_latency_us(self) -> float | None:
+        """The latency to rebuild a cluster of this kind with: the stated one, else None (the GPU's)."""
+        return self.scale_out_latency_us if self.scale_out_latency_stated else None

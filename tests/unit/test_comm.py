@@ -132,6 +132,22 @@ def test_members_per_domain_follow_the_stride():
     assert float(members_per_domain(16, 1, 72, job_gpus=16)) == 16     # a job inside one domain straddles nothing
 
 
+def test_worst_placed_group_sets_the_pace_on_nvl72():
+    """Brute-force placements on GB200 NVL72 racks (72 GPUs): DP 32 at stride 4 in a 256-GPU job has
+    blocks of 128 GPUs; the second one starts 56 into a rack and splits 16 + 72 + 40, so 4 ranks share
+    its smallest rack and it touches 3. With one block (the whole job) only 72 + 56 exist."""
+    from perfmodel.costs.comm import group_placement
+
+    assert [float(v) for v in group_placement(32, 4, 72, job_gpus=256)] == [4.0, 3.0]
+    assert [float(v) for v in group_placement(16, 8, 72, job_gpus=256)] == [2.0, 3.0]
+    assert [float(v) for v in group_placement(64, 4, 72, job_gpus=512)] == [2.0, 5.0]
+    assert [float(v) for v in group_placement(128, 1, 72, job_gpus=128)] == [56.0, 2.0]
+    # lined up (power-of-two sizes on 8-GPU nodes): the shortcut and the full test agree
+    for n, s_, N in [(16, 2, 64), (8, 1, 8), (4, 8, 256), (2, 64, 128)]:
+        full = [float(v) for v in group_placement(n, s_, 8, job_gpus=N)]
+        assert full == [float(v) for v in group_placement(n, s_, 8, job_gpus=N, lined_up=True)]
+
+
 def test_congestion_derates_only_the_inter_node_part_by_the_nodes_spanned():
     """bw / (1 + N / congestion_nodes) on the inter-node leg (HF playbook bandwidth-vs-nodes)."""
     S, nv, nic = 1 << 30, 360e9, 45e9

@@ -47,3 +47,23 @@ def test_validate_costs_a_stated_row_as_estimate_costs_its_specs(row):
     est = _estimate(row)
     assert pred["pred_iteration_time_s"][0] == pytest.approx(est.iteration_time_s, rel=1e-9)
     assert pred["pred_memory_gib"][0] == pytest.approx(est.memory_gib, rel=1e-9)
+
+
+def test_a_stated_scale_out_latency_is_kept_and_the_default_is_the_calibrated_one():
+    """ClusterSpec.build records whether the latency was given: a given 20 us is the user's (even when
+    it equals the catalog value), a missing one is the calibrated GPU's or fabric's."""
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.estimate import build_inputs
+
+    row = ROWS[0]
+    gpu = perfmodel.load_gpu(row["gpu"])
+    model = perfmodel.load_model("llama3-8b")
+    par = perfmodel.ParallelSpec(tp=2, pp=2, dp=8, micro_batch=1)
+    job = perfmodel.JobSpec(global_batch=64, seq_len=8192)
+    default = perfmodel.ClusterSpec.build(gpu, 32, 8, 3200)
+    stated = perfmodel.ClusterSpec.build(gpu, 32, 8, 3200, scale_out_latency_us=gpu.scale_out_latency_us)
+    calibrated_us = load_calibration(None).for_network(gpu, None)[1].scale_out_latency_us
+    assert not default.scale_out_latency_stated and stated.scale_out_latency_stated
+    assert build_inputs(model, default, par, job)["inter_latency_s"] == pytest.approx(calibrated_us * 1e-6)
+    assert build_inputs(model, stated, par, job)["inter_latency_s"] == pytest.approx(gpu.scale_out_latency_us * 1e-6)
+    assert calibrated_us != gpu.scale_out_latency_us  # the shipped profile fits H100's

@@ -29,7 +29,7 @@ def test_fixed_mode_matches_estimate_at_every_point():
     assert len(df) == 4 and (df["status"] == "ok").all()
     for rec in df.to_dict("records"):
         cluster = pm.ClusterSpec.build(CLUSTER.gpu, rec["gpus"], 8, rec["scale_out_gbit_per_s"],
-                                       CLUSTER.scale_out_latency_us)
+                                       CLUSTER.stated_latency_us)
         par = PAR.model_copy(update={"dp": rec["gpus"] // 4})
         est = pm.estimate(MODEL, cluster, par, JOB)
         assert rec["dp"] == rec["gpus"] // 4
@@ -79,7 +79,7 @@ def test_best_mode_matches_the_search():
     assert list(df["gpu"]) == ["h100-sxm5-80gb", "h200-sxm-141gb"]
     for rec in df.to_dict("records"):
         cluster = pm.ClusterSpec.build(pm.load_gpu(rec["gpu"]), 64, 8, CLUSTER.scale_out_gbit_per_s_per_node,
-                                       CLUSTER.scale_out_latency_us)
+                                       CLUSTER.stated_latency_us)
         best = pm.search(MODEL, cluster, JOB, top=1).iloc[0]
         assert rec["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-12)
         assert (rec["tp"], rec["pp"], rec["dp"]) == (best["tp"], best["pp"], best["dp"])
