@@ -25,7 +25,6 @@ import sys
 
 import numpy as np
 import pandas as pd
-from perfmodel.structured_text import dump_yaml
 from pydantic import ValidationError
 from scipy.optimize import least_squares
 
@@ -35,6 +34,7 @@ from perfmodel.costs.compute import gemm_time_s
 from perfmodel.errors import InputError, NothingUsable
 from perfmodel.limits import MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.structured_text import dump_yaml
 
 
 def sha256_of(path: Path) -> str:

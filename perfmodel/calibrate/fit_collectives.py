@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-from perfmodel.structured_text import dump_yaml
 from scipy.optimize import least_squares
 
 from perfmodel.calibrate.comm import OP_SPECIFIC, collective_inputs, collective_time, network_key
@@ -44,6 +43,7 @@ from perfmodel.calibration_profile import Calibration
 from perfmodel.errors import InputError
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.units import US_S
+from perfmodel.structured_text import dump_yaml
 
 MIB = 2**20
 F_SCALE = 0.05
