@@ -116,8 +116,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     placements: dict = {}  # one placement per process group (its arrays kept alive, so ids stay unique)
     # power-of-two parallel sizes and NVLink domains: every group's block lines up with the domains
-    lined_up = all(bool(np.all(np.exp2(np.round(np.log2(np.maximum(v, 1.0)))) == v))
-                   for v in (tp, pp, dp, cp, f64["nvlink_domain_gpus"], f64["hpz"]))  # hpz: alpha, or 0/1
+    # (hpz is 0 when off: a size of 1 there)
+    lined_up = all(bool(np.all(np.exp2(np.round(np.log2(w))) == w))
+                   for w in (np.maximum(v, 1.0) for v in (tp, pp, dp, cp, f64["nvlink_domain_gpus"], f64["hpz"])))
 
     def coll(op, size, n, stride, nic_scale=1.0, net=f64):
         """Two-tier collective on the cluster described by ``net`` (f64, or a subset of it)."""
