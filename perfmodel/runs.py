@@ -61,8 +61,8 @@ DEFAULTS_DOC = {
     "recomputation that fits: none, else selective, else full",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
     "2024 default for --experimental.pipeline_parallel_microbatches)",
-    "zero_stage": "1 for NeMo / Megatron-Bridge / MegaScale / Megatron-Kwai (distributed optimizer in their "
-    "recipes), 3 for torchtitan (FSDP2), else 0",
+    "zero_stage": "3 where zeropp names ZeRO++ parts (a ZeRO-3 feature); 1 for NeMo / Megatron-Bridge / MegaScale / "
+    "Megatron-Kwai (distributed optimizer in their recipes), 3 for torchtitan (FSDP2), else 0",
     "vocab_size": "nanotron: 131072 (VOCAB_SIZES in nanotron scripts/scaling_benchmarks.py, the generator "
     "of its published benchmarks); else the vocabulary of the catalog model with the same layers, hidden, "
     "ffn, heads and MLP kind when the catalog names exactly one (GPT-3 175B 51200, Nemotron-3 8B 256000); "
@@ -78,7 +78,11 @@ DEFAULTS_DOC = {
     "ffn_hidden_size": "4 x hidden_size for GELU and squared-ReLU MLPs; for SwiGLU Llama's 2/3 of that, rounded up "
     "to a multiple of 256 (4096 -> 11008)",
     "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
-    "whole); else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
+    "whole); tp and pp both blank with dp stated: tp the largest size that divides n_gpus / (dp x cp), fits in "
+    "a node (gpus_per_node, or the GPU's default) and divides the head counts, pp the rest; else tp and pp 1 and "
+    "dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
+    "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated and that is whole (1 when they use every GPU); "
+    "else 1",
     "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
@@ -117,6 +121,11 @@ def tflops_convention(df: pd.DataFrame) -> np.ndarray:
 REQUIRED = ("run_id", "n_layers", "hidden_size", "seq_len", "gpu")
 #: the largest stated size a run may have: the model specs' own bounds (perfmodel/specs/model.py) and the
 #: search's array limits (perfmodel/limits.py)
+#: zeropp cells that say "no ZeRO++ part" in words
+NO_ZEROPP = frozenset({"none", "no", "off", "false", "0"})
+#: recompute cells that say "no recomputation" in other words than the schema's `none`
+NO_RECOMPUTE_WORDS = frozenset({"no", "off", "false", "0"})
+
 SIZE_LIMITS = {
     "n_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "ffn_hidden_size": MAX_WIDTH, "n_heads": MAX_HEADS,
     "n_kv_heads": MAX_HEADS, "vocab_size": MAX_VOCAB, "seq_len": MAX_SEQ_LEN, "n_gpus": MAX_GPUS, "tp": MAX_GPUS,
@@ -177,16 +186,34 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
     def num(name):
         return _num(out, name).copy()
 
-    blank = {c: _blank(df, c) for c in ("tp", "pp", "dp", "n_gpus", "global_batch", "ffn_hidden_size", "n_heads")}
-    tp, pp, dp, gpus = num("tp"), num("pp"), num("dp"), num("n_gpus")
-    cp = np.where(_blank(df, "cp"), 1.0, num("cp"))
+    blank = {c: _blank(df, c) for c in ("tp", "pp", "dp", "cp", "n_gpus", "global_batch", "ffn_hidden_size",
+                                        "n_heads")}
+    tp, pp, dp, gpus, cp = num("tp"), num("pp"), num("dp"), num("n_gpus"), num("cp")
     with np.errstate(invalid="ignore", divide="ignore"):
+        # a blank cp where tp, pp and dp are stated: the GPUs they leave over (1 when they use them all)
+        q = gpus / (tp * pp * dp)
+        fill = blank["cp"] & ~blank["tp"] & ~blank["pp"] & ~blank["dp"] & _whole(gpus) & _whole(tp) & _whole(
+            pp) & _whole(dp) & _whole(q)
+        cp[fill] = q[fill]
+        cp[blank["cp"] & np.isnan(cp)] = 1.0
         # one blank size among tp, pp, dp that the stated others and the GPU count determine
         for name, x, others in (("tp", tp, (pp, dp)), ("pp", pp, (tp, dp)), ("dp", dp, (tp, pp))):
             q = gpus / (others[0] * others[1] * cp)
             known = _whole(gpus) & _whole(others[0]) & _whole(others[1]) & _whole(cp)
             fill = blank[name] & ~blank["n_gpus"] & known & _whole(q)
             x[fill] = q[fill]
+        # tp and pp both blank, dp stated: tensor parallelism inside the node first (the largest size that
+        # divides the GPUs left, fits in a node and divides the head counts), the rest in pipeline stages
+        rest = gpus / (dp * cp)
+        two = blank["tp"] & blank["pp"] & np.isnan(tp) & np.isnan(pp) & _whole(rest) & _whole(dp) & _whole(cp)
+        gpn, gpu_names = _num(out, "gpus_per_node"), _text(out, "gpu")
+        heads_col, kv_col = _num(out, "n_heads"), _num(out, "n_kv_heads")
+        for i in np.flatnonzero(two & (rest <= SIZE_LIMITS["n_gpus"])):
+            node = int(gpn[i]) if _whole(gpn[i]) else _default_gpus_per_node(str(gpu_names[i]))
+            heads_i = [int(v) for v in (heads_col[i], kv_col[i]) if _whole(v)]
+            t = max(d for d in range(1, min(node, int(rest[i])) + 1)
+                    if rest[i] % d == 0 and all(a % d == 0 for a in heads_i))
+            tp[i], pp[i] = float(t), rest[i] / t
         tp[blank["tp"] & np.isnan(tp)] = 1.0
         pp[blank["pp"] & np.isnan(pp)] = 1.0
         q = gpus / (tp * pp * cp)
@@ -208,10 +235,18 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
     for i in np.flatnonzero(blank["n_heads"] & _whole(h) & (h <= MAX_WIDTH) & _whole(tp)):
         a = default_heads(int(h[i]), int(tp[i]), int(kv[i]) if _whole(kv[i]) else None)
         heads[i] = np.nan if a is None else float(a)
-    for name, x in (("tp", tp), ("pp", pp), ("dp", dp), ("n_gpus", gpus), ("global_batch", gb),
+    for name, x in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("n_gpus", gpus), ("global_batch", gb),
                     ("ffn_hidden_size", ffn), ("n_heads", heads)):
         out[name] = np.where(blank[name], x, df[name].to_numpy(dtype=object) if name in df else x)
     return out
+
+
+def _default_gpus_per_node(gpu_name: str) -> int:
+    """The GPU profile's default_gpus_per_node (8 for a GPU the catalog does not know)."""
+    try:
+        return load_gpu(gpu_name).default_gpus_per_node
+    except (UnknownName, InputError):
+        return 8
 
 
 def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:
@@ -306,13 +341,15 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     network = _text(df, "network")
     gpu_name = _text(df, "gpu")
     mlp = _text(df, "mlp")
-    mlp = np.where(mlp == "", "gelu", mlp)
+    # a blank MLP is GPT's GELU; plain ReLU (OPT) costs as a two-matrix MLP like GELU (as transformers'
+    # relu in a config.json, perfmodel.catalog.HF_ACTIVATIONS)
+    mlp = np.where((mlp == "") | (mlp == "relu"), "gelu", mlp)
     mark(~np.isin(mlp, list(MLP_MATRICES)), "invalid", f"mlp: must be one of {', '.join(MLP_MATRICES)}")
     n_experts = _num(df, "n_experts")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
     # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
     zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())
-                for z in _text(df, "zeropp")]
+                if z not in NO_ZEROPP else frozenset() for z in _text(df, "zeropp")]
     mark(np.array([bool(z - {"qwz", "hpz", "qgz"}) for z in zpp_sets], dtype=bool), "invalid",
          "zeropp: must be a comma list of qwz, hpz, qgz")
     zpp_flags = {k: np.array([float(k in z) for z in zpp_sets]) for k in ("qwz", "hpz", "qgz")}
@@ -341,12 +378,9 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     with np.errstate(invalid="ignore"):
         for rule in RUN_RULES:
             mark(np.asarray(rule.broken(layout), dtype=bool), "invalid", f"{rule.field}: {rule.rule}")
-    gpn_col = _num(df, "gpus_per_node")
     with np.errstate(invalid="ignore", divide="ignore"):  # zero sizes are already marked invalid above
         mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
         mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
-        mark(~np.isnan(gpn_col) & (n_gpus > gpn_col) & (np.mod(n_gpus, gpn_col) != 0), "invalid",
-             "gpus_per_node: must divide n_gpus when the run spans nodes")
 
     precision = _text(df, "precision")
     # a blank cell is the GPU's default (bf16; fp16 without bf16 tensor cores), never an error
@@ -360,9 +394,12 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     zero = _num(df, "zero_stage")
     zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
                             np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
+    # ZeRO++ is a ZeRO-3 feature: a row that names its parts but not the stage ran stage 3
+    zero_default = np.where(np.array([bool(z) for z in zpp_sets]), 3.0, zero_default)
     zero = np.where(np.isnan(zero), zero_default, zero)
     mark(np.array([bool(z) for z in zpp_sets]) & (zero != 3), "invalid", "zeropp: requires zero_stage 3")
     rc_text = _text(df, "recompute")
+    rc_text = np.where(np.isin(rc_text, list(NO_RECOMPUTE_WORDS)), "none", rc_text)
     # a blank mode under Megatron's eq. 3 FLOP convention is full recompute: the convention counts
     # the recompute forward pass (Narayanan et al. 2021, eq. 3 assumes activation recomputation)
     rc_text = np.where((rc_text == "") & (tflops_convention(df) == CONVENTION_EQ3), "full", rc_text)

@@ -352,7 +352,7 @@ def _trace_nccl_check(coll: pd.DataFrame, spec, gpus_per_node, scale_out_gbit_pe
     for (op, n), g in rows.groupby(["collective", "group_size"]):
         try:
             inputs = collective_inputs(spec, int(n), gpn, scale_out_gbit_per_s, network, op, cal)
-        except (InputError, ValidationError):  # a group no cluster of this shape has (12 ranks on 8-GPU nodes)
+        except (InputError, ValidationError):  # a group no cluster holds (more ranks than MAX_GPUS)
             skipped += len(g)
             continue
         pred = np.asarray(collective_time(op, g["bytes"].to_numpy(float), int(n), inputs), dtype=float)

@@ -200,11 +200,8 @@ class ClusterSpec(BaseModel):
                 f"gpus_per_node ({self.gpus_per_node}) and nvlink_domain_gpus ({self.nvlink_domain_gpus}) "
                 "must divide one another"
             )
-        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
-            raise ValueError(
-                f"gpus_per_node ({self.gpus_per_node}) must divide n_gpus ({self.n_gpus}) "
-                "when the job spans nodes"
-            )
+        # a GPU count that is not a whole number of nodes leaves the last node (or NVL72 rack) part-used:
+        # its groups are placed on the GPUs the job holds (perfmodel.costs.comm.group_placement)
         return self
 
     @classmethod

@@ -113,7 +113,7 @@ def test_calibrate_with_no_usable_run_exits_1_without_a_profile(tmp_path):
     # a fixed configuration the model cannot take is bad input (exit 2), not an infeasible sweep (exit 1)
     (["whatif", *BASE, "--vary", "gpus=8,16", "--mode", "fixed", "--tp", "3"], "tp: must divide n_heads"),
     # the option that was given is named, not an internal one
-    (["report", *BASE, "--out", "unused", "--scaling-gpus", "12,16"], "scaling_gpus"),
+    (["report", *BASE, "--out", "unused", "--scaling-gpus", "0,16"], "scaling_gpus"),
 ])
 def test_out_of_range_and_misnamed_inputs(args, field, tmp_path):
     res = subprocess.run([sys.executable, "-m", "perfmodel.cli", *args], capture_output=True, text=True,

@@ -217,14 +217,16 @@ def test_a_fit_on_its_bound_is_not_applied(tmp_path):
     assert "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1].startswith("error: logs:")
 
 
-def test_a_trace_group_no_cluster_has_is_skipped_not_fatal():
+def test_a_trace_group_that_part_fills_a_node_is_compared():
     import pandas as pd
 
     from perfmodel.calibrate.command import _trace_nccl_check
     from perfmodel.calibration_profile import load_calibration
 
-    coll = pd.DataFrame({"collective": ["all_reduce", "all_reduce"], "bytes": [1 << 20, 1 << 20],
-                         "group_size": [12, 8], "dur_s": [1e-3, 1e-3]})
+    # 12 ranks on 8-GPU nodes: the second node part-used, costed like any other group
+    coll = pd.DataFrame({"collective": ["all_reduce", "all_reduce", "broadcast"], "bytes": [1 << 20] * 3,
+                         "group_size": [12, 8, 8], "dur_s": [1e-3] * 3})
     check = _trace_nccl_check(coll, H100, None, None, None, load_calibration(None))
-    assert check["nccl_kernels_compared"] == 1 and check["nccl_kernels_not_compared"] == 1
-    assert _trace_nccl_check(coll.head(1), H100, None, None, None, load_calibration(None)) is None
+    assert check["nccl_kernels_compared"] == 2 and check["nccl_kernels_not_compared"] == 0
+    # nothing the model costs (a broadcast): no check at all
+    assert _trace_nccl_check(coll.tail(1), H100, None, None, None, load_calibration(None)) is None

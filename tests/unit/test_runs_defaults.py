@@ -178,3 +178,41 @@ def test_no_rows_predict_no_rows():
 
     out = predict_runs(pd.DataFrame(columns=list(ROW)))
     assert list(out.columns) == PRED_COLUMNS and len(out) == 0
+
+
+def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
+    """A row that states tp, pp and dp but not cp puts the GPUs they leave in context parallelism; one that
+    states only dp puts the rest in TP inside a node (dividing the heads), then pipeline stages."""
+    rows = [dict(ROW, run_id="t-001", cp=None, tp=4, pp=12, dp=4),                      # 384 / 192 -> cp 2
+            dict(ROW, run_id="t-002", cp=None),                                          # all used -> cp 1
+            dict(ROW, run_id="t-003", tp=None, pp=None, dp=8, gpus_per_node=8),          # 48: tp 8, pp 6
+            dict(ROW, run_id="t-004", tp=None, pp=None, dp=8, gpus_per_node=4),          # a 4-GPU node: tp 4
+            dict(ROW, run_id="t-005", tp=None, pp=None, dp=8, n_heads=112, n_kv_heads=14),   # tp 2: 14 % 4 != 0
+            dict(ROW, run_id="t-006", tp=None, pp=None, dp=5)]                           # 384 / 5: not whole
+    inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
+    assert list(status[:5]) == ["ok"] * 5, reason
+    assert (inputs["cp"][0], inputs["cp"][1]) == (2.0, 1.0)
+    assert (inputs["tp"][2], inputs["pp"][2]) == (8.0, 6.0)
+    assert (inputs["tp"][3], inputs["pp"][3]) == (4.0, 12.0)
+    assert (inputs["tp"][4], inputs["pp"][4]) == (2.0, 24.0)
+    assert status[5] == "invalid"
+    assert "cp" in DEFAULTS_DOC
+
+
+def test_zeropp_implies_stage_3_and_plain_words_are_read():
+    rows = [dict(ROW, run_id="t-001", tp=1, pp=1, dp=384, micro_batch=1, global_batch=384, zeropp="qwz,hpz",
+                 framework="deepspeed"),
+            dict(ROW, run_id="t-002", zeropp="none", zero_stage=1, recompute="no", sp="True",
+                 tied_embeddings="false", mlp="relu", framework="megatron-lm")]
+    inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
+    assert list(status) == ["ok", "ok"], reason
+    assert inputs["zero_stage"][0] == 3.0 and inputs["qwz"][0] == 1.0 and inputs["hpz"][0] > 0
+    assert inputs["qwz"][1] == 0.0 and inputs["recompute"][1] == 0.0 and inputs["mlp_matrices"][1] == 2.0
+
+
+def test_a_part_used_last_node_is_not_an_error():
+    rows = [dict(ROW, run_id="t-001", n_gpus=12, tp=4, pp=1, dp=3, global_batch=6, micro_batch=2),
+            dict(ROW, run_id="t-002", gpu="gb200", gpus_per_node=72, n_gpus=128, tp=4, pp=1, dp=32,
+                 global_batch=64, micro_batch=2)]
+    _, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
+    assert list(status) == ["ok", "ok"], reason

@@ -47,9 +47,10 @@ def test_more_bandwidth_never_slows_a_fixed_config():
 
 @pytest.mark.parametrize("mode", ["fixed", "best"])
 def test_invalid_points_are_rows_with_a_reason(mode):
-    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [60, 64]}, mode=mode, parallel=PAR)
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [63, 64]}, mode=mode, parallel=PAR)
     bad, good = df.iloc[0], df.iloc[1]
-    assert bad["status"] == "invalid" and "gpus_per_node" in bad["reason"] and not bad["fits"]
+    why = "gpus: must be a multiple of tp*pp*cp" if mode == "fixed" else "no structurally valid configuration"
+    assert bad["status"] == "invalid" and why in bad["reason"] and not bad["fits"]
     assert pd.isna(bad["tokens_per_s_per_gpu"])
     assert good["status"] == "ok" and good["tokens_per_s_per_gpu"] > 0
     wide = pm.ParallelSpec(tp=8, pp=4)

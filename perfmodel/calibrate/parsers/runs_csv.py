@@ -21,6 +21,9 @@ INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_he
                "vocab_size", "seq_len", "tied_embeddings", "n_experts", "moe_top_k", "n_gpus",
                "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero_stage",
                "micro_batch", "global_batch"]
+#: the schema's 0/1 columns and the words that also mean 1 / 0 in them
+BOOLEAN_COLUMNS = ["sp", "tied_embeddings"]
+BOOLEAN_WORDS = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}
 FLOAT_COLUMNS = ["scale_out_gbit_per_s_per_node", "iteration_time_s", "tokens_per_s_per_gpu",
                  "tflops_per_gpu", "mfu", "hfu"]
 #: the measured columns, in the schema's order of preference for ``target`` (data/README.md)
@@ -52,6 +55,8 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = np.nan
     row_errors = [""] * len(df)
+    for col in BOOLEAN_COLUMNS:  # on/off columns written as words (True / false / yes ...) read as 1 / 0
+        df[col] = df[col].map(lambda v: BOOLEAN_WORDS.get(v.strip().lower(), v) if isinstance(v, str) else v)
     for col in INT_COLUMNS:
         to_numeric(df, [col], lines, path, integer=True, row_errors=row_errors)
     to_numeric(df, FLOAT_COLUMNS, lines, path, row_errors=row_errors)
