@@ -29,7 +29,7 @@ DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 NETWORK_CONSTANT_KEYS = ("nvlink_efficiency", "nic_efficiency", "tp_internode_efficiency")
 NETWORK_GPU_KEYS = ("intra_node_latency_us", "scale_out_latency_us")
 NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ring_step_latency_us": 0.0,
-                          "ll_latency_us": 0.0, "ll_bandwidth_ratio": 0.0}
+                          "ll_latency_us": 0.0, "ll_bandwidth_ratio": 0.0, "congestion_max_nodes": math.inf}
 #: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
 NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -51,7 +51,8 @@ class Calibration(BaseModel):
     networks: dict[str, dict[str, Number]] = Field(
         default_factory=dict,
         description="Per scale-out fabric (lower-case name): congestion_nodes, the node count at which "
-        "the fabric delivers half its per-NIC bandwidth to a job-wide collective; collective shape values; "
+        "the fabric delivers half its per-NIC bandwidth to a job-wide collective, and congestion_max_nodes, the "
+        "most nodes that was measured on (the load is not extrapolated beyond it); collective shape values; "
         "nvlink/nic/tp_internode efficiencies that override the shared constants on that fabric.",
     )
     provenance: dict[str, Any] = Field(default_factory=dict, description="Inputs, SHA-256, residuals, date.")
@@ -100,9 +101,11 @@ NETWORK_KEYS = set(NETWORK_CONSTANT_KEYS) | set(NETWORK_GPU_KEYS) | set(NETWORK_
 
 #: the physical range of a fabric's values other than the efficiencies (which CostConstants bounds):
 #: (lowest, highest, whether the lowest itself is allowed); latencies as the GPU profile bounds them.
-#: All finite but congestion_nodes (.inf: non-blocking, as fit_collectives writes for an uncongested fabric).
+#: All finite but congestion_nodes (.inf: non-blocking, as fit_collectives writes for an uncongested fabric)
+#: and congestion_max_nodes (the most nodes the congestion was measured on; .inf: no bound).
 NETWORK_RANGES = {
     "congestion_nodes": (MIN_CONGESTION_NODES, math.inf, True),
+    "congestion_max_nodes": (1.0, math.inf, True),
     "latency_log2_coeff": (0.0, 1e3, True),
     "ring_step_latency_us": (0.0, 1e6, True),
     "ll_latency_us": (0.0, MAX_LATENCY_US, True),
@@ -124,7 +127,7 @@ def _check_network(net: str, over: dict, constants: dict, where: str) -> None:
                              f"one of {', '.join(NETWORK_OP_SPECIFIC)} and a dot)", where=where)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             raise InputError(field, f"must be a number (got {value!r})", where=where)
-        if math.isinf(value) and base != "congestion_nodes":
+        if math.isinf(value) and base not in ("congestion_nodes", "congestion_max_nodes"):
             raise InputError(field, f"must be finite (got {value!r})", where=where)
         prefix = f"calibration.networks.{net}" + (f".{op}" if op else "")
         if base in NETWORK_CONSTANT_KEYS:

@@ -113,6 +113,8 @@ def cluster_arrays(
         / cluster.gpus_per_node
         * constants.nic_efficiency,
         "congestion_nodes": congestion_nodes,
+        # the congestion load is not extrapolated beyond the most nodes it was measured on
+        "congestion_max_nodes": (shape or {}).get("congestion_max_nodes", math.inf),
         # the fabric's collective shape (fit_collectives): flat ring across nodes, latency growth, ring steps
         "ring_inter_node": (shape or {}).get("ring_inter_node", 0.0),
         "latency_log2_coeff": (shape or {}).get("latency_log2_coeff", 0.5),

@@ -45,7 +45,7 @@ STEP_INPUTS = (
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes", "congestion_max_nodes",
     "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s", "ll_bandwidth_ratio",
     "intra_latency_s", "inter_latency_s",
     # parallel
@@ -129,7 +129,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return collective_time_s(
             op, size, n, stride, net["nvlink_domain_gpus"], net["nvlink_bytes_per_s"],
             net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
-            congestion_nodes=net["congestion_nodes"], ring_inter_node=net["ring_inter_node"] > 0,
+            congestion_nodes=net["congestion_nodes"], congestion_max_nodes=net["congestion_max_nodes"],
+            ring_inter_node=net["ring_inter_node"] > 0,
             latency_log2_coeff=net["latency_log2_coeff"], ring_step_latency_s=net["ring_step_latency_s"],
             ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"], job_gpus=net["job_gpus"],
             placement=placements[key][2],
@@ -279,7 +280,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     p2p_crosses = pp * pp_stride > domain
     # fixed per-message costs grow with the whole job's load on a congesting fabric (1 + nodes / N_c)
-    fabric_slowdown = np.where(f64["job_nodes"] > 1, 1.0 + f64["job_nodes"] / f64["congestion_nodes"], 1.0)
+    fabric_slowdown = np.where(f64["job_nodes"] > 1, 1.0 + np.minimum(f64["job_nodes"], f64["congestion_max_nodes"])
+                               / f64["congestion_nodes"], 1.0)
     p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), hop_stride(p2p_crosses)) + np.where(
         p2p_crosses, f64["p2p_overhead_s"] * fabric_slowdown, 0.0
     )
@@ -333,7 +335,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     sub = z3_rows.take
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
-        "inter_latency_s", "congestion_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
+        "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
         "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
 
     def coll_sub(op, size, n, stride):

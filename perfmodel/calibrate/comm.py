@@ -82,6 +82,7 @@ def collective_time(op: str, size_bytes, n_gpus: int, inputs: dict[str, float]):
         ll_latency_s=inputs["ll_latency_s"],
         ll_bandwidth_ratio=inputs["ll_bandwidth_ratio"],
         congestion_nodes=inputs["congestion_nodes"],
+        congestion_max_nodes=inputs["congestion_max_nodes"],
         job_gpus=n_gpus,  # the group is the whole job: it straddles no domain boundary of its own
     )
 

@@ -313,7 +313,8 @@ def _overrides(tables, systems, plain) -> dict:
 
 def fit_congestion_nodes(nodes, busbw_gb_per_s) -> dict[str, float]:
     """Fit busbw(nodes) = b0 / (1 + nodes / c) (nodes >= 2) in log space; returns
-    ``{"congestion_nodes", "busbw0_gb_per_s", "median_abs_error", "max_abs_error", "points"}``."""
+    ``{"congestion_nodes", "busbw0_gb_per_s", "median_abs_error", "max_abs_error", "points", "max_nodes"}``
+    (max_nodes: the most nodes measured, beyond which the congestion load is not extrapolated)."""
     nodes = np.asarray(nodes, dtype=float)
     bw = np.asarray(busbw_gb_per_s, dtype=float)
     keep = nodes >= 2
@@ -327,7 +328,7 @@ def fit_congestion_nodes(nodes, busbw_gb_per_s) -> dict[str, float]:
     err = model(sol.x) / bw - 1.0
     return {"congestion_nodes": float(np.exp(sol.x[1])), "busbw0_gb_per_s": float(np.exp(sol.x[0])),
             "median_abs_error": float(np.median(np.abs(err))), "max_abs_error": float(np.max(np.abs(err))),
-            "points": int(len(bw))}
+            "points": int(len(bw)), "max_nodes": float(nodes.max())}
 
 
 def _sha_or_none(path, root) -> str | None:
@@ -446,15 +447,23 @@ def efa_congestion(root: str | Path | None = None) -> dict[str, float]:
     return fit_congestion_nodes(ar["nodes"], ar["median_bw_GBps"])
 
 
+def fit_shipped(root: str | Path | None = None) -> tuple[dict, dict[str, float]]:
+    """(fit, EFA congestion) of the shipped systems: the EFA congestion fixed from the HF playbook's
+    bandwidth-vs-nodes curve and capped at the most nodes it measured."""
+    cong = efa_congestion(root)
+    fixed = {**FIXED, "efa": {"congestion_nodes": cong["congestion_nodes"]}}
+    fit = fit_collectives(shipped_measurements(root), fixed=fixed)
+    fit["networks"]["efa"]["congestion_max_nodes"] = cong["max_nodes"]
+    return fit, cong
+
+
 def write_shipped_profile(out: str | Path = SHIPPED_PROFILE, root: str | Path | None = None,
                           copy_to: str | Path | None = SHIPPED_DATA, date: str | None = None) -> dict:
     """Fit the shipped systems and write ``calibration/collectives_fit.yaml``; copy the fitted
     logs (byte for byte) under ``copy_to`` when they total < 5 MB."""
     import shutil
 
-    cong = efa_congestion(root)
-    fixed = {**FIXED, "efa": {"congestion_nodes": cong["congestion_nodes"]}}
-    fit = fit_collectives(shipped_measurements(root), fixed=fixed)
+    fit, cong = fit_shipped(root)
     files = list(dict.fromkeys(str(_resolve(rel, root)) for rel, *_ in SHIPPED))
     rel_of = {str(_resolve(rel, root)): rel for rel, *_ in SHIPPED}
     if copy_to is not None and sum(Path(f).stat().st_size for f in files) < 5_000_000:
@@ -471,7 +480,8 @@ def write_shipped_profile(out: str | Path = SHIPPED_PROFILE, root: str | Path | 
         "file_median_abs_error": {rel_of.get(r.path, r.path): round(r.median_abs_error, 4) for r in per_file.itertuples()},
         "excluded": EXCLUDED,
         "efa_congestion": {"path": HF_CONGESTION_CSV, "sha256": sha256(hf), **{k: round(v, 4) for k, v in cong.items()},
-                           "model": "AllReduce median GB/s (as busbw) = b0 / (1 + nodes / congestion_nodes), nodes 2..64"},
+                           "model": "AllReduce median GB/s (as busbw) = b0 / (1 + nodes / congestion_nodes), nodes 2..64; "
+                           "the load is capped at congestion_max_nodes (the most nodes measured)"},
     }, sha_root=root)
 
 

@@ -143,6 +143,7 @@ def collective_time_s(
     latency_log2_coeff=0.5,
     ring_step_latency_s=0.0,
     congestion_nodes=np.inf,
+    congestion_max_nodes=np.inf,
     ll_latency_s=0.0,
     ll_bandwidth_ratio=0.0,
     job_gpus=np.inf,
@@ -176,7 +177,10 @@ def collective_time_s(
         inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu) * crosses
     # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its
     # NICs (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes). Send/recv spans 2.
-    inter = inter * np.where(crosses, 1.0 + n_domains / congestion_nodes, 1.0)
+    # N is capped at the most nodes the congestion was measured on: a fabric's taper bounds how far its
+    # bandwidth falls, and beyond the measurements nothing says where
+    load = np.minimum(n_domains, congestion_max_nodes) / congestion_nodes
+    inter = inter * np.where(crosses, 1.0 + load, 1.0)
     latency = np.where(
         crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
     )

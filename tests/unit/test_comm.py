@@ -162,6 +162,35 @@ def test_congestion_derates_only_the_inter_node_part_by_the_nodes_spanned():
     assert collective_time_s("all_reduce", S, 8, 1, congestion_nodes=1.0, **args) == pytest.approx(intra)
 
 
+def test_congestion_is_not_extrapolated_beyond_the_nodes_it_was_measured_on():
+    S, nic = 1 << 30, 45e9
+    args = dict(domain_gpus=8, nvlink_bytes_per_s=360e9, nic_bytes_per_s_per_gpu=nic, intra_latency_s=0.0,
+                inter_latency_s=0.0, congestion_nodes=16.0)
+    # one rank per node: 64 and 512 nodes both pay 1 + 64 / 16 when the fabric was measured up to 64
+    t64 = collective_time_s("all_reduce", S, 64, 8, congestion_max_nodes=64.0, **args)
+    t512 = collective_time_s("all_reduce", S, 512, 8, congestion_max_nodes=64.0, **args)
+    plain = collective_time_s("all_reduce", S, 512, 8, **{**args, "congestion_nodes": np.inf})
+    assert t512 == pytest.approx(5.0 * plain, rel=1e-12) and t512 > t64
+    assert collective_time_s("all_reduce", S, 512, 8, **args) == pytest.approx(33.0 * plain, rel=1e-12)
+
+
+def test_efa_beyond_the_playbook_s_64_nodes_costs_like_64_nodes_of_congestion():
+    import perfmodel as pm
+    from perfmodel.calibration_profile import load_calibration
+
+    cal = load_calibration(None)
+    assert cal.network_values("efa")["congestion_max_nodes"] == 64.0
+    model = pm.load_model("llama3-8b")
+    job = pm.JobSpec(global_batch=4096, seq_len=4096)
+    par = pm.ParallelSpec(tp=8, dp=512, zero_stage=1)
+    gpu = pm.load_gpu("h100-sxm5-80gb")
+    efa = pm.estimate(model, pm.ClusterSpec.build(gpu, 4096, network="efa"), par, job)
+    free = pm.estimate(model, pm.ClusterSpec.build(gpu, 4096), par, job)
+    # the 512-node reduce pays at most the measured 64-node slowdown (1 + 64 / 11.2 ~ 6.7x), not 47x
+    ratio = efa.time_breakdown_s["dp_comm_s"] / free.time_breakdown_s["dp_comm_s"]
+    assert 1.0 < ratio < 1.0 + 64.0 / cal.congestion_nodes("efa") + 0.5
+
+
 def test_unknown_fabric_is_taken_as_non_blocking():
     import perfmodel as pm
     from perfmodel.calibration_profile import load_calibration

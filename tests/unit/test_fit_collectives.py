@@ -24,9 +24,7 @@ KNOWN_GAPS = {
 
 @pytest.fixture(scope="module")
 def shipped_fit():
-    cong = fc.efa_congestion()
-    fixed = {**fc.FIXED, "efa": {"congestion_nodes": cong["congestion_nodes"]}}
-    return fc.fit_collectives(fc.shipped_measurements(), fixed=fixed)
+    return fc.fit_shipped()[0]
 
 
 def _rel(path: str) -> str:
@@ -152,7 +150,7 @@ def test_default_keywords_keep_the_plain_model():
 def test_efa_congestion_from_hf_playbook():
     cong = fc.efa_congestion()
     assert 1.0 < cong["congestion_nodes"] < 100.0
-    assert cong["points"] == 6
+    assert cong["points"] == 6 and cong["max_nodes"] == 64.0
     assert cong["median_abs_error"] < 0.35
 
 
