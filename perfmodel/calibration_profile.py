@@ -90,7 +90,8 @@ class Calibration(BaseModel):
         return constants, gpu, shape
 
     def gpu(self, spec: AcceleratorSpec) -> AcceleratorSpec:
-        over = self.gpus.get(spec.name, {})
+        # the sibling's values (calibration_from), then the GPU's own, which win
+        over = {**self.gpus.get(spec.calibration_from or "", {}), **self.gpus.get(spec.name, {})}
         return spec.model_copy(update=over) if over else spec
 
 

@@ -87,6 +87,11 @@ class AcceleratorSpec(BaseModel):
         description="Training precisions the GPU has no tensor cores for although its peak table names them "
         "as the 16-bit base of the cost model (bf16 on Volta); a job in one is rejected.",
     )
+    calibration_from: str | None = Field(
+        default=None, description="A catalog GPU whose calibrated per-GPU values (fitted collective latencies) "
+        "this one takes where a calibration profile has none of its own: the same silicon and NIC generation "
+        "under another name (A100 of unknown memory size, A800, H800, H100 96 GB, H200).",
+    )
     sources: list[str] = Field(min_length=1, description="Datasheets and measurements cited.")
 
     @field_validator("n_sms", "nvlink_domain_gpus", "default_gpus_per_node", mode="before")

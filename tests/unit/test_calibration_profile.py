@@ -157,3 +157,24 @@ def test_cli_refuses_a_bad_calibration_in_one_line(tmp_path, doc, field):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), res.stderr
     assert f"{field}:" in lines[0]
+
+
+def test_a_renamed_part_takes_its_sibling_s_calibrated_values_and_its_own_win():
+    """The same silicon under another name (A100 of unknown memory size, H800, H200 ...) is costed with the
+    calibrated per-GPU values of the part it names in calibration_from; values of its own override them."""
+    import perfmodel as pm
+    from perfmodel.catalog import gpu_names
+
+    cal = load_calibration(None)
+    for name in gpu_names():
+        spec = pm.load_gpu(name)
+        if spec.calibration_from is None:
+            continue
+        assert spec.calibration_from in gpu_names(), name
+        sibling = cal.gpu(pm.load_gpu(spec.calibration_from))
+        assert cal.gpu(spec).scale_out_latency_us == sibling.scale_out_latency_us, name
+    a100 = cal.gpu(pm.load_gpu("a100-sxm4"))
+    assert a100.scale_out_latency_us == cal.gpus["a100-sxm4-80gb"]["scale_out_latency_us"]
+    assert a100.attention_efficiency_max == cal.gpus["a100-sxm4"]["attention_efficiency_max"]
+    own = cal.model_copy(update={"gpus": {**cal.gpus, "h800-sxm5-80gb": {"scale_out_latency_us": 55.0}}})
+    assert own.gpu(pm.load_gpu("h800-sxm5-80gb")).scale_out_latency_us == 55.0
