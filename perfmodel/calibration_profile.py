@@ -8,6 +8,7 @@ are the fitted values. Every value overrides a default of ``CostConstants`` /
 from __future__ import annotations
 
 import math
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
@@ -181,6 +182,9 @@ def load_calibration(path: str | Path | None) -> Calibration:
 def _default() -> Calibration:
     if DEFAULT_PROFILE_PATH.is_file():
         return _load(str(DEFAULT_PROFILE_PATH))
+    # never silently uncalibrated: a checkout always has it; an install without the checkout does not
+    print(f"warning: calibration: the shipped profile {DEFAULT_PROFILE_PATH} is missing; predictions use "
+          "datasheet numbers only (install with pip install -e . in the repository)", file=sys.stderr)
     return EMPTY
 
 

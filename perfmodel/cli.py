@@ -164,7 +164,7 @@ def estimate(
         return
     typer.echo(
         f"{spec.name} on {gpus} x {cluster.gpu.name}: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
-        f"vpp={par.vpp} mb={par.micro_batch} sp={par.sp} zero={par.zero_stage} recompute={par.recompute}"
+        f"vpp={par.vpp} mb={par.micro_batch} sp={par.sp and par.tp > 1} zero={par.zero_stage} recompute={par.recompute}"
     )
     typer.echo(_fmt_table([
         ("iteration time", f"{est.iteration_time_s:.3f} s"),

@@ -256,7 +256,9 @@ def estimate(
     hpz_partition_size: int | None = None,
 ) -> Estimate:
     """Predict one training step. Raises InputError if the configuration breaks a rule.
-    ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node)."""
+    ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node). A ``job`` whose
+    precision was left out trains in the GPU's default (``JobSpec.for_gpu``)."""
+    job = job.for_gpu(cluster.gpu)
     check_config(model, cluster, parallel, job)
     inputs = build_inputs(model, cluster, parallel, job, calibration, hpz_partition_size)
     out = step_costs({k: np.atleast_1d(v) for k, v in inputs.items()})

@@ -227,8 +227,9 @@ def whatif(
 ) -> pd.DataFrame:
     """Sweep one or two ``VARIABLES``; one row per point (see the module docstring).
     ``gpu_precision``: ``job`` names no precision of its own, so each point trains in its GPU's
-    default (bf16, or fp16 on a GPU without bf16 tensor cores); otherwise every point keeps the
-    job's precision, and a point whose GPU lacks it is invalid.
+    default (bf16, or fp16 on a GPU without bf16 tensor cores); so does a ``JobSpec`` built without
+    a precision (``JobSpec.precision_stated``). Otherwise every point keeps the job's precision, and a
+    point whose GPU lacks it is invalid.
 
     ``df.attrs``: sweep (variable names in order), mode, elapsed_s."""
     t0 = time.perf_counter()
@@ -241,6 +242,7 @@ def whatif(
     if mode == "fixed" and parallel is None:
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
     sweep = _check_sweep(sweep)
+    gpu_precision = gpu_precision or not job.precision_stated
     names = list(sweep)
     points = [_point(cluster, job, calibration, dict(zip(names, combo)), gpu_precision)
               for combo in itertools.product(*sweep.values())]

@@ -268,7 +268,15 @@ def run_calibration(
         from perfmodel.validate import error_table, predict_runs
 
         df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
-        scorable = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()
+        pred0 = predict_runs(df, cal)
+        scorable = error_table(df, pred0)[0]["mape_pct"].dropna()
+        skipped = pred0["status"].to_numpy() != "ok"
+        if skipped.any() and not scorable.empty:  # said, never silently dropped
+            counts = ", ".join(f"{k} {v}" for k, v in pred0["status"][skipped].value_counts().items())
+            first = int(np.flatnonzero(skipped)[0])
+            print(f"warning: runs: {int(skipped.sum())} of {len(df)} rows not fitted ({counts}; e.g. "
+                  f"{df['run_id'].iloc[first]}: {pred0['reason'].iloc[first]}); perfmodel validate gives each "
+                  "row's reason", file=sys.stderr)
         if scorable.empty:
             what = (f"none of the {len(df)} runs in {', '.join(str(p) for p, _ in parsed_runs)} could be costed "
                     "and scored (perfmodel validate gives each row's reason)")
@@ -282,8 +290,11 @@ def run_calibration(
         cal = fit.calibration
 
         per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
-        for p, d in parsed_runs:
-            inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": len(d)})
+        start = 0
+        for p, d in parsed_runs:  # points: the file's rows that were costed and fitted
+            used = int((~skipped[start:start + len(d)]).sum())
+            start += len(d)
+            inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": used})
         if pairs is not None:
             inputs.append({"kind": "zeropp-pairs", "path": _rel(Path(pairs)), "sha256": sha256_of(Path(pairs)),
                            "points": 2 * len(pairs_df)})

@@ -202,6 +202,9 @@ def load_gpu(ref: str) -> AcceleratorSpec:
     path = PROFILES_DIR / f"{ref}.yaml"
     if path.is_file():
         return _load_gpu_file(str(path))
+    if not _looks_like_path(ref) and not PROFILES_DIR.is_dir():
+        raise InputError("gpu", f"the GPU catalog {PROFILES_DIR} is missing: perfmodel runs from its checkout "
+                         "(pip install -e . in the repository, as the README says), not from a copied wheel")
     if not _looks_like_path(ref):
         raise UnknownName("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
     file = Path(ref)

@@ -218,6 +218,7 @@ def run_search(
     ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration; None (the
     default) does so where the framework implements ZeRO++ (DeepSpeed)."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
+    job = job.for_gpu(cluster.gpu)  # a precision left out: the GPU's default
     check_precision(cluster.gpu, job.precision)
     if zeropp is None:
         zeropp = (job.framework or "").lower() in ZEROPP_FRAMEWORKS

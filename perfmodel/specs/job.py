@@ -18,3 +18,15 @@ class JobSpec(BaseModel):
         default="megatron-lm",
         description="Training stack; selects overlap/efficiency behaviour. Unknown names use a generic profile.",
     )
+
+    @property
+    def precision_stated(self) -> bool:
+        """The precision was given, not left to its default."""
+        return "precision" in self.model_fields_set
+
+    def for_gpu(self, gpu) -> "JobSpec":
+        """The job on ``gpu``: a precision left out is the GPU's default (bf16, or fp16 on a GPU without
+        bf16 tensor cores such as the V100), as on the command line; a stated one is kept."""
+        if self.precision_stated or gpu.default_precision == self.precision:
+            return self
+        return self.model_copy(update={"precision": gpu.default_precision})

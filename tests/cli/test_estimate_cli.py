@@ -75,6 +75,8 @@ def test_config_reports_sequence_parallelism_as_costed():
     """--sp asks for sequence parallelism; it only exists with a TP group, and config says what ran."""
     sp = {tp: json.loads(runner.invoke(app, BASE + ["--tp", str(tp), "--sp", "--json"]).stdout) for tp in (1, 8)}
     assert sp[1]["config"]["sp"] is False and sp[8]["config"]["sp"] is True
+    for tp, shown in ((1, "sp=False"), (8, "sp=True")):  # the table's header line says the same
+        assert shown in runner.invoke(app, BASE + ["--tp", str(tp), "--sp"]).stdout.splitlines()[0]
 
 
 def test_estimate_human_output():

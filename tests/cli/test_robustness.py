@@ -103,6 +103,23 @@ def test_calibrate_with_no_usable_run_exits_1_without_a_profile(tmp_path):
     assert not out.exists()
 
 
+def test_calibrate_says_which_runs_it_did_not_fit(tmp_path):
+    import yaml
+
+    df = pd.read_csv(RUNS)
+    df = df[df.run_id.str.startswith("kwai")].head(8).reset_index(drop=True)
+    df.loc[:2, "tp"] = 3  # three rows break the layout rules; the other five fit
+    src = tmp_path / "runs.csv"
+    df.to_csv(src, index=False)
+    out = tmp_path / "p.yaml"
+    res = run("calibrate", "--gpu", "h800-sxm5-80gb", "--runs", str(src), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    warn = [ln for ln in res.stderr.splitlines() if ln.startswith("warning: runs:")]
+    assert len(warn) == 1 and "3 of 8 rows not fitted (invalid 3" in warn[0] and df.run_id[0] in warn[0]
+    doc = yaml.safe_load(out.read_text())
+    assert [i["points"] for i in doc["provenance"]["inputs"] if i["kind"] == "runs"] == [5]
+
+
 @pytest.mark.parametrize("args,field", [
     # sizes past what the search arrays hold are refused wherever they are given
     (["whatif", *BASE, "--vary", "seq_len=2048,99999999999"], "sweep.seq_len"),

@@ -221,3 +221,14 @@ def test_tensor_core_formats_follow_the_architecture(name):
         else:
             with pytest.raises(InputError, match=rf"precision: {name} has no {precision} tensor cores"):
                 perfmodel.estimate(model, cluster, par, job)
+
+
+def test_a_missing_gpu_catalog_is_named_not_taken_for_an_unknown_gpu(monkeypatch, tmp_path):
+    """A copy of the package without its checkout (pip install . of the wheel) has no hardware_profiles/:
+    the error says so, not 'unknown GPU ... (known: )'."""
+    import perfmodel.catalog as catalog
+    from perfmodel import InputError
+
+    monkeypatch.setattr(catalog, "PROFILES_DIR", tmp_path / "hardware_profiles")
+    with pytest.raises(InputError, match=r"GPU catalog .* is missing: .*pip install -e \."):
+        catalog.load_gpu("h100-sxm5-80gb")

@@ -69,10 +69,12 @@ def test_a_gpu_without_the_jobs_tensor_cores(mode):
     assert list(df["status"]) == ["ok", "invalid"]
     assert df["reason"].iloc[1] == "precision: a100-sxm4-80gb has no fp8 tensor cores (it trains in bf16, fp16)"
     sweep = {"gpu": ["h100-sxm5-80gb", "v100-sxm3-32gb"]}
-    df = pm.whatif(MODEL, CLUSTER, JOB, sweep, mode=mode, parallel=PAR)
+    bf16 = pm.JobSpec(global_batch=JOB.global_batch, seq_len=JOB.seq_len, precision="bf16")  # stated
+    df = pm.whatif(MODEL, CLUSTER, bf16, sweep, mode=mode, parallel=PAR)
     assert df["status"].iloc[1] == "invalid" and "v100-sxm3-32gb has no bf16" in df["reason"].iloc[1]
-    df = pm.whatif(MODEL, CLUSTER, JOB, sweep, mode=mode, parallel=PAR, gpu_precision=True)
-    assert list(df["precision"]) == ["bf16", "fp16"] and (df["status"] != "invalid").all()
+    for job, flag in ((bf16, True), (JOB, False)):  # told to, or a JobSpec that names no precision
+        df = pm.whatif(MODEL, CLUSTER, job, sweep, mode=mode, parallel=PAR, gpu_precision=flag)
+        assert list(df["precision"]) == ["bf16", "fp16"] and (df["status"] != "invalid").all()
 
 
 def test_best_mode_matches_the_search():
@@ -154,3 +156,18 @@ def test_whatif_command_bad_vary_exits_2(vary):
     res = CliRunner().invoke(app, ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8",
                                    "--global-batch", "16", "--vary", vary])
     assert res.exit_code == 2 and "error: vary" in res.output
+
+
+def test_a_job_without_a_precision_trains_in_the_gpu_s_default_through_the_api():
+    """README: a precision left out is bf16, or fp16 on a V100 -- in the Python API as on the command line."""
+    v100 = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), 16)
+    model, par = pm.load_model("gpt3-1.3b"), pm.ParallelSpec(tp=2, dp=8)
+    left_out = pm.JobSpec(global_batch=64, seq_len=2048)
+    fp16 = pm.JobSpec(global_batch=64, seq_len=2048, precision="fp16")
+    assert not left_out.precision_stated and fp16.precision_stated
+    assert pm.estimate(model, v100, par, left_out).iteration_time_s == pm.estimate(model, v100, par, fp16).iteration_time_s
+    assert len(pm.search(model, v100, left_out, top=1)) == 1
+    with pytest.raises(InputError, match="no bf16 tensor cores"):  # a stated bf16 stays bf16
+        pm.estimate(model, v100, par, pm.JobSpec(global_batch=64, seq_len=2048, precision="bf16"))
+    df = pm.whatif(model, v100, left_out, {"gpu": ["v100-sxm3-32gb", "a100-sxm4-80gb"]})
+    assert list(df["precision"]) == ["fp16", "bf16"] and (df["status"] == "ok").all()
