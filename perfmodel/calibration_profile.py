@@ -34,6 +34,9 @@ NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ri
 #: ops whose NCCL algorithms differ enough to get their own fitted values (``op.key``)
 NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
+#: the calibrated per-GPU values a part shares with the one it names in calibration_from: the fabric-side
+#: collective latencies, not the kernel efficiencies its own measurements may state
+SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
 GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_node_latency_us",
                    "scale_out_latency_us", "attention_efficiency_max"}
 
@@ -91,8 +94,10 @@ class Calibration(BaseModel):
         return constants, gpu, shape
 
     def gpu(self, spec: AcceleratorSpec) -> AcceleratorSpec:
-        # the sibling's values (calibration_from), then the GPU's own, which win
-        over = {**self.gpus.get(spec.calibration_from or "", {}), **self.gpus.get(spec.name, {})}
+        # the sibling's collective latencies (calibration_from: same NICs and NCCL stack; its kernel
+        # efficiencies are its own silicon's), then the GPU's own values, which win
+        sibling = {k: v for k, v in self.gpus.get(spec.calibration_from or "", {}).items() if k in SIBLING_KEYS}
+        over = {**sibling, **self.gpus.get(spec.name, {})}
         return spec.model_copy(update=over) if over else spec
 
 

@@ -78,11 +78,11 @@ DEFAULTS_DOC = {
     "ffn_hidden_size": "4 x hidden_size for GELU and squared-ReLU MLPs; for SwiGLU Llama's 2/3 of that, rounded up "
     "to a multiple of 256 (4096 -> 11008)",
     "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
-    "whole); tp and pp both blank with dp stated: tp the largest size that divides n_gpus / (dp x cp), fits in "
-    "a node (gpus_per_node, or the GPU's default) and divides the head counts, pp the rest; else tp and pp 1 and "
-    "dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
-    "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated and that is whole (1 when they use every GPU); "
-    "else 1",
+    "whole); tp and pp both blank with dp stated: tp the largest size, at most 8 and within the NVLink domain, "
+    "that divides n_gpus / (dp x cp) and n_heads and that n_kv_heads divides or is a multiple of, pp the rest "
+    "(at most n_layers); else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
+    "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated, that is whole and ring CP of that size splits "
+    "the sequence (seq_len divisible by 2 cp); else 1",
     "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
@@ -190,10 +190,12 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
                                         "n_heads")}
     tp, pp, dp, gpus, cp = num("tp"), num("pp"), num("dp"), num("n_gpus"), num("cp")
     with np.errstate(invalid="ignore", divide="ignore"):
-        # a blank cp where tp, pp and dp are stated: the GPUs they leave over (1 when they use them all)
+        # a blank cp where tp, pp and dp are stated: the GPUs they leave over (1 when they use them all),
+        # where ring CP of that size can split the sequence (seq_len divisible by 2 cp, load-balanced)
         q = gpus / (tp * pp * dp)
+        seq = num("seq_len")
         fill = blank["cp"] & ~blank["tp"] & ~blank["pp"] & ~blank["dp"] & _whole(gpus) & _whole(tp) & _whole(
-            pp) & _whole(dp) & _whole(q)
+            pp) & _whole(dp) & _whole(q) & ((q == 1) | (_whole(seq) & (np.mod(seq, 2 * q) == 0)))
         cp[fill] = q[fill]
         cp[blank["cp"] & np.isnan(cp)] = 1.0
         # one blank size among tp, pp, dp that the stated others and the GPU count determine
@@ -202,18 +204,23 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
             known = _whole(gpus) & _whole(others[0]) & _whole(others[1]) & _whole(cp)
             fill = blank[name] & ~blank["n_gpus"] & known & _whole(q)
             x[fill] = q[fill]
-        # tp and pp both blank, dp stated: tensor parallelism inside the node first (the largest size that
-        # divides the GPUs left, fits in a node and divides the head counts), the rest in pipeline stages
+        # tp and pp both blank, dp stated: tensor parallelism inside the NVLink domain first (the largest
+        # size, at most 8, that divides the GPUs left and the head count and that the key/value head count
+        # divides or is a multiple of), the rest in pipeline stages (no more stages than layers)
         rest = gpus / (dp * cp)
         two = blank["tp"] & blank["pp"] & np.isnan(tp) & np.isnan(pp) & _whole(rest) & _whole(dp) & _whole(cp)
         gpn, gpu_names = _num(out, "gpus_per_node"), _text(out, "gpu")
-        heads_col, kv_col = _num(out, "n_heads"), _num(out, "n_kv_heads")
+        heads_col, kv_col, layers_col = _num(out, "n_heads"), _num(out, "n_kv_heads"), _num(out, "n_layers")
         for i in np.flatnonzero(two & (rest <= SIZE_LIMITS["n_gpus"])):
-            node = int(gpn[i]) if _whole(gpn[i]) else _default_gpus_per_node(str(gpu_names[i]))
-            heads_i = [int(v) for v in (heads_col[i], kv_col[i]) if _whole(v)]
-            t = max(d for d in range(1, min(node, int(rest[i])) + 1)
-                    if rest[i] % d == 0 and all(a % d == 0 for a in heads_i))
-            tp[i], pp[i] = float(t), rest[i] / t
+            cap = _tp_cap(str(gpu_names[i]), int(gpn[i]) if _whole(gpn[i]) else None)
+            heads_i = int(heads_col[i]) if _whole(heads_col[i]) else None
+            kv_i = int(kv_col[i]) if _whole(kv_col[i]) else heads_i
+            layers_i = layers_col[i] if _whole(layers_col[i]) else np.inf
+            fits = [d for d in range(1, min(cap, int(rest[i])) + 1)
+                    if rest[i] % d == 0 and rest[i] / d <= layers_i and (heads_i is None or heads_i % d == 0)
+                    and (kv_i is None or kv_i % d == 0 or d % kv_i == 0)]
+            if fits:
+                tp[i], pp[i] = float(fits[-1]), rest[i] / fits[-1]
         tp[blank["tp"] & np.isnan(tp)] = 1.0
         pp[blank["pp"] & np.isnan(pp)] = 1.0
         q = gpus / (tp * pp * cp)
@@ -241,12 +248,19 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _default_gpus_per_node(gpu_name: str) -> int:
-    """The GPU profile's default_gpus_per_node (8 for a GPU the catalog does not know)."""
+#: the largest tensor-parallel size a blank tp is given: one HGX board, as the published recipes use
+MAX_DEFAULT_TP = 8
+
+
+def _tp_cap(gpu_name: str, gpus_per_node: int | None) -> int:
+    """The largest TP a blank tp may take: the GPUs of one NVLink domain (the GPU profile's, for the row's
+    GPUs per node), at most MAX_DEFAULT_TP; a GPU the catalog does not know: its node, at most 8."""
     try:
-        return load_gpu(gpu_name).default_gpus_per_node
+        spec = load_gpu(gpu_name)
+        domain = nvlink_domain(spec, gpus_per_node or spec.default_gpus_per_node)
     except (UnknownName, InputError):
-        return 8
+        domain = gpus_per_node or MAX_DEFAULT_TP
+    return max(1, min(domain, MAX_DEFAULT_TP))
 
 
 def _num(df: pd.DataFrame, col: str, default=np.nan) -> np.ndarray:

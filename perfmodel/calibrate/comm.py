@@ -108,10 +108,6 @@ def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, s
         raise InputError("gpus", f"must be at most {MAX_GPUS:,} (got {n_gpus:,})")
     if gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
-    if n_gpus > gpus_per_node and n_gpus % gpus_per_node:
-        raise InputError(
-            "gpus", f"must be a multiple of gpus_per_node when it spans nodes (gpus={n_gpus}, gpus_per_node={gpus_per_node})"
-        )
     if scale_out is not None and not (MIN_GBIT_PER_S <= scale_out <= MAX_GBIT_PER_S):
         raise InputError("scale_out_gbit_per_s", f"must be a number from {MIN_GBIT_PER_S:g} to {MAX_GBIT_PER_S:,.0f} "
                          f"(got {scale_out})")

@@ -206,7 +206,12 @@ def run_calibration(
         for key in ("constants", "gpus", "networks"):
             for name, val in (fitted.get(key) or {}).items():
                 if isinstance(val, dict):
-                    merged[key][name] = {**merged[key].get(name, {}), **val}
+                    old = dict(merged[key].get(name, {}))
+                    if key == "networks" and "congestion_nodes" in val and "congestion_max_nodes" not in val:
+                        # a congestion refitted on these logs, which the fit ran uncapped: the base's cap
+                        # (the range of other measurements) no longer describes it
+                        old.pop("congestion_max_nodes", None)
+                    merged[key][name] = {**old, **val}
                 else:
                     merged[key][name] = val
         cal = Calibration(**merged)
@@ -265,18 +270,23 @@ def run_calibration(
     if parsed_runs:
         from perfmodel.calibrate.fit_runs import fit_runs
 
-        from perfmodel.validate import error_table, predict_runs
+        from perfmodel.validate import error_table, measured_tokens_per_s_per_gpu, predict_runs
 
         df = pd.concat([d for _, d in parsed_runs], ignore_index=True)
         pred0 = predict_runs(df, cal)
         scorable = error_table(df, pred0)[0]["mape_pct"].dropna()
-        skipped = pred0["status"].to_numpy() != "ok"
+        # a row is fitted when it is costed and has a measurement (fit_runs' own test)
+        measured = np.asarray(measured_tokens_per_s_per_gpu(df), dtype=float)
+        has_measurement = np.isfinite(measured) & (measured > 0)
+        skipped = (pred0["status"].to_numpy() != "ok") | ~has_measurement
         if skipped.any() and not scorable.empty:  # said, never silently dropped
-            counts = ", ".join(f"{k} {v}" for k, v in pred0["status"][skipped].value_counts().items())
+            why = np.where(pred0["status"].to_numpy() != "ok", pred0["status"].to_numpy(), "no measurement")
+            counts = ", ".join(f"{k} {v}" for k, v in pd.Series(why[skipped]).value_counts().items())
             first = int(np.flatnonzero(skipped)[0])
+            reason = pred0["reason"].iloc[first] or "no measured tokens/s, time, TFLOP/s or MFU"
             print(f"warning: runs: {int(skipped.sum())} of {len(df)} rows not fitted ({counts}; e.g. "
-                  f"{df['run_id'].iloc[first]}: {pred0['reason'].iloc[first]}); perfmodel validate gives each "
-                  "row's reason", file=sys.stderr)
+                  f"{df['run_id'].iloc[first]}: {reason}); perfmodel validate gives each row's reason",
+                  file=sys.stderr)
         if scorable.empty:
             what = (f"none of the {len(df)} runs in {', '.join(str(p) for p, _ in parsed_runs)} could be costed "
                     "and scored (perfmodel validate gives each row's reason)")

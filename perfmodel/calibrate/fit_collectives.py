@@ -110,7 +110,7 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
         if rows.empty:
             continue
         spec = m.gpu if isinstance(m.gpu, AcceleratorSpec) else load_gpu(m.gpu)
-        out.append(_Table(m, spec, r.op, int(r.n_ranks), max(int(r.n_ranks) // m.gpus_per_node, 1),
+        out.append(_Table(m, spec, r.op, int(r.n_ranks), max(-(-int(r.n_ranks) // m.gpus_per_node), 1),
                           rows["size_bytes"].to_numpy(float), rows["oop_time_us"].to_numpy(float) * US_S))
     return out
 

@@ -192,9 +192,13 @@ def _load_gpu_file(path_str: str) -> AcceleratorSpec:
         raise InputError("gpu", "hardware profile must be a mapping", where=str(path))
     data.setdefault("name", path.stem)
     try:
-        return AcceleratorSpec(**data)
+        spec = AcceleratorSpec(**data)
     except ValidationError as exc:
         raise from_validation_error(exc, "gpu", where=str(path)) from None
+    if spec.calibration_from is not None and spec.calibration_from not in gpu_names():
+        raise InputError("gpu.calibration_from", f"must name a catalog GPU (got '{spec.calibration_from}'; known: "
+                         f"{', '.join(gpu_names())})", where=str(path))
+    return spec
 
 
 def load_gpu(ref: str) -> AcceleratorSpec:

@@ -28,10 +28,12 @@ def model_rows(model: ModelSpec) -> Rows:
 
 def cluster_rows(cluster: ClusterSpec) -> Rows:
     gpu = cluster.gpu
-    nodes = cluster.n_gpus / cluster.gpus_per_node
+    nodes = -(-cluster.n_gpus // cluster.gpus_per_node)  # the last one may be part-used
+    part = "" if cluster.n_gpus % cluster.gpus_per_node == 0 or cluster.n_gpus < cluster.gpus_per_node else \
+        f", the last with {cluster.n_gpus % cluster.gpus_per_node}"
     return [
         ("GPU", f"{gpu.display_name} ({gpu.name})"),
-        ("GPUs", f"{cluster.n_gpus:,} ({nodes:,.0f} nodes x {cluster.gpus_per_node})"),
+        ("GPUs", f"{cluster.n_gpus:,} ({nodes:,} node{'s' if nodes > 1 else ''} x {cluster.gpus_per_node}{part})"),
         ("HBM per GPU", f"{gpu.hbm_capacity_gib:.0f} GiB, {gpu.hbm_bandwidth_gb_per_s:,.0f} GB/s"),
         ("dense BF16 peak", f"{gpu.peak_flop_per_s('bf16') / 1e12:,.0f} TFLOP/s"),
         ("NVLink per GPU", f"{gpu.intra_node_bandwidth_gb_per_s:,.0f} GB/s (domain {cluster.nvlink_domain_gpus} GPUs)"),

@@ -72,7 +72,7 @@ def test_human_table_names_the_protocol_on_a_fabric_with_a_switch():
 
 @pytest.mark.parametrize("args, field", [
     (["--op", "all_reduce", "--bytes", "-1", "--gpus", "16"], "bytes"),
-    (["--op", "all_reduce", "--bytes", "1024", "--gpus", "12"], "gpus"),
+    (["--op", "all_reduce", "--bytes", "1024", "--gpus", "0"], "gpus"),
     (["--op", "broadcast", "--bytes", "1024", "--gpus", "16"], "op"),
 ])
 def test_bad_input_exits_2_with_one_line(args, field):
@@ -88,3 +88,50 @@ def test_unknown_gpu_exits_2():
     assert res.exit_code == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: gpu:")
+
+
+def test_a_group_that_part_fills_its_last_node_is_costed():
+    """12 GPUs on 8-GPU nodes (the second node half used) cost like any group that spans nodes."""
+    inside = run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "8")["time_s"]
+    slow, fast = (run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "12",
+                           "--scale-out-gbit-per-s", str(x))["time_s"] for x in (400, 3200))
+    assert slow > fast > inside
+
+
+def test_a_user_refit_of_the_congestion_is_not_capped_by_the_shipped_range(tmp_path):
+    """Logs from 2 to 256 EFA nodes refit efa.congestion_nodes; the shipped cap (the playbook's 64 nodes)
+    no longer describes it and is dropped, so the profile predicts its own 256-node log."""
+    import numpy as np
+    import yaml
+
+    from perfmodel.costs.comm import collective_time_s, op_factor
+
+    paths = []
+    for nodes in (2, 16, 64, 256):
+        n = nodes * 8
+        lines = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 2(factor)",
+                 *(f"#  Rank {r:4d} Group  0 Pid {1000 + r} on host{r // 8:04d} device  {r % 8} [0x00] "
+                   "NVIDIA H100 80GB HBM3" for r in range(n)),
+                 "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+                 "     time   algbw   busbw #wrong"]
+        for p in range(20, 31):
+            s = 2 ** p
+            t = float(collective_time_s("all_reduce", s, n, 1, 8, 855e9, 40e9, 13e-6, 30e-6, congestion_nodes=20.0))
+            alg = s / t / 1e9
+            bus = alg * float(op_factor("all_reduce", n))
+            lines.append(f"{s:12d} {s // 4:12d}     float     sum      -1 {t * 1e6:8.1f} {alg:7.2f} {bus:7.2f}      0"
+                         f" {t * 1e6:8.1f} {alg:7.2f} {bus:7.2f}      0")
+        path = tmp_path / f"all_reduce_n{nodes}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(path)
+    out = tmp_path / "efa.yaml"
+    args = ["calibrate", "--gpu", "h100-sxm5-80gb", "--network", "EFA", "--out", str(out)]
+    res = runner.invoke(app, args + [a for p in paths for a in ("--nccl-tests", str(p))])
+    assert res.exit_code == 0, res.output
+    efa = yaml.safe_load(out.read_text())["networks"]["efa"]
+    assert 10.0 < efa["congestion_nodes"] < 40.0 and "congestion_max_nodes" not in efa
+    big = run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "2048", "--network", "EFA",
+                   "--calibration", str(out))["time_s"]
+    truth = float(collective_time_s("all_reduce", 2**30, 2048, 1, 8, 855e9, 40e9, 13e-6, 30e-6, congestion_nodes=20.0))
+    assert big == pytest.approx(truth, rel=0.15)
+    assert np.isfinite(big)

@@ -178,3 +178,20 @@ def test_a_renamed_part_takes_its_sibling_s_calibrated_values_and_its_own_win():
     assert a100.attention_efficiency_max == cal.gpus["a100-sxm4"]["attention_efficiency_max"]
     own = cal.model_copy(update={"gpus": {**cal.gpus, "h800-sxm5-80gb": {"scale_out_latency_us": 55.0}}})
     assert own.gpu(pm.load_gpu("h800-sxm5-80gb")).scale_out_latency_us == 55.0
+    # only the collective latencies are shared: a kernel efficiency fitted for the H100 is not the H200's
+    gemm = cal.model_copy(update={"gpus": {"h100-sxm5-80gb": {"fp8_matmul_efficiency_max": 0.6}}})
+    h200 = pm.load_gpu("h200-sxm-141gb")
+    assert gemm.gpu(h200).fp8_matmul_efficiency_max == h200.fp8_matmul_efficiency_max != 0.6
+
+
+def test_calibration_from_must_name_a_catalog_gpu(tmp_path):
+    import yaml as _yaml
+
+    import perfmodel as pm
+    from perfmodel.catalog import PROFILES_DIR
+
+    data = _yaml.safe_load((PROFILES_DIR / "h200-sxm-141gb.yaml").read_text())
+    bad = tmp_path / "my-gpu.yaml"
+    bad.write_text(_yaml.safe_dump({**data, "name": "my-gpu", "calibration_from": "h100-typo"}))
+    with pytest.raises(InputError, match=r"gpu\.calibration_from: must name a catalog GPU"):
+        pm.load_gpu(str(bad))

@@ -172,3 +172,13 @@ def test_shipped_profile_matches_its_logs():
     for item in doc["provenance"]["inputs"]:
         copy = fc.SHIPPED_DATA / item["path"]
         assert copy.is_file() and fc.sha256(copy) == item["sha256"]  # copied byte for byte
+
+
+def test_a_table_that_part_fills_its_last_node_counts_as_multi_node():
+    """12 ranks on 8-GPU nodes span two nodes: the table informs the inter-node tier, not NVLink alone."""
+    import dataclasses
+
+    m = next(m for m in fc.shipped_measurements() if m.path.endswith("aws_p5_2node_h100_allreduce.txt"))
+    twelve = m._replace(result=dataclasses.replace(m.result, n_ranks=12))
+    tables = fc._tables([twelve], fc.MIB)
+    assert tables and tables[0].nodes == 2

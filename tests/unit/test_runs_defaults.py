@@ -186,9 +186,15 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
     rows = [dict(ROW, run_id="t-001", cp=None, tp=4, pp=12, dp=4),                      # 384 / 192 -> cp 2
             dict(ROW, run_id="t-002", cp=None),                                          # all used -> cp 1
             dict(ROW, run_id="t-003", tp=None, pp=None, dp=8, gpus_per_node=8),          # 48: tp 8, pp 6
-            dict(ROW, run_id="t-004", tp=None, pp=None, dp=8, gpus_per_node=4),          # a 4-GPU node: tp 4
+            dict(ROW, run_id="t-004", tp=None, pp=None, dp=8, gpu="v100-sxm2-16gb", precision="fp16",
+                 gpus_per_node=4),                                                       # 4 V100s per domain
             dict(ROW, run_id="t-005", tp=None, pp=None, dp=8, n_heads=112, n_kv_heads=14),   # tp 2: 14 % 4 != 0
-            dict(ROW, run_id="t-006", tp=None, pp=None, dp=5)]                           # 384 / 5: not whole
+            dict(ROW, run_id="t-006", tp=None, pp=None, dp=5),                           # 384 / 5: not whole
+            dict(ROW, run_id="t-007", tp=None, pp=None, dp=1, n_gpus=64, n_kv_heads=1, n_layers=32,
+                 global_batch=64),                                                       # MQA: tp 8 (a multiple of 1)
+            dict(ROW, run_id="t-008", tp=None, pp=None, dp=16, n_gpus=128, gpu="gb200", gpus_per_node=4,
+                 global_batch=64),                                                       # NVL72: tp 8 across trays
+            dict(ROW, run_id="t-009", cp=None, tp=4, pp=12, dp=4, seq_len=2050)]         # 2050 % (2 x 2): no ring CP
     inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
     assert list(status[:5]) == ["ok"] * 5, reason
     assert (inputs["cp"][0], inputs["cp"][1]) == (2.0, 1.0)
@@ -196,6 +202,9 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
     assert (inputs["tp"][3], inputs["pp"][3]) == (4.0, 12.0)
     assert (inputs["tp"][4], inputs["pp"][4]) == (2.0, 24.0)
     assert status[5] == "invalid"
+    assert status[6] == "ok" and (inputs["tp"][6], inputs["pp"][6]) == (8.0, 8.0)
+    assert status[7] == "ok" and (inputs["tp"][7], inputs["pp"][7]) == (8.0, 1.0)
+    assert status[8] == "invalid" and "tp*pp*dp*cp must equal gpus" in reason[8]
     assert "cp" in DEFAULTS_DOC
 
 
