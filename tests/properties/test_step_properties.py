@@ -29,6 +29,9 @@ class Config:
     par: perfmodel.ParallelSpec
     job: perfmodel.JobSpec
     scale_out: float | None
+    #: GPUs per node when drawn (6 or 8 need not divide the GPU count: the last node is part-used);
+    #: None: the largest of 8, 4, 2, 1 that divides it
+    gpn: int | None = None
 
     @property
     def n_gpus(self) -> int:
@@ -36,11 +39,11 @@ class Config:
 
     def cluster(self, scale_out=None) -> perfmodel.ClusterSpec:
         n = self.n_gpus
-        gpn = next(g for g in (8, 4, 2, 1) if n % g == 0)
+        gpn = self.gpn or next(g for g in (8, 4, 2, 1) if n % g == 0)
         return perfmodel.ClusterSpec.build(self.gpu, n, gpn, scale_out or self.scale_out)
 
     def with_par(self, **update) -> "Config":
-        return Config(self.model, self.gpu, self.par.model_copy(update=update), self.job, self.scale_out)
+        return Config(self.model, self.gpu, self.par.model_copy(update=update), self.job, self.scale_out, self.gpn)
 
 
 def divisors(n: int, limit: int) -> list[int]:
@@ -74,7 +77,7 @@ def configs(draw, pp_one: bool = False) -> Config:
         framework=draw(st.sampled_from(FRAMEWORKS)),
     )
     scale_out = draw(st.sampled_from([None, 400.0, 1600.0, 3200.0]))
-    return Config(model, gpu, par, job, scale_out)
+    return Config(model, gpu, par, job, scale_out, draw(st.sampled_from([None, None, 6, 8])))
 
 
 def run(cfg: Config, scale_out=None) -> perfmodel.Estimate:
@@ -221,7 +224,7 @@ def test_bigger_batch_takes_longer_but_is_never_less_efficient(cfg, factor):
     """More micro-batches per step: the step gets longer, the bubble and the per-step costs are
     amortised, so tokens/s/GPU never drops."""
     big = Config(cfg.model, cfg.gpu, cfg.par, cfg.job.model_copy(update={"global_batch": cfg.job.global_batch * factor}),
-                 cfg.scale_out)
+                 cfg.scale_out, cfg.gpn)
     small_est, big_est = run(cfg), run(big)
     assert big_est.iteration_time_s > small_est.iteration_time_s
     assert big_est.tokens_per_s_per_gpu >= small_est.tokens_per_s_per_gpu * (1 - 1e-9)
