@@ -18,7 +18,7 @@ from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.rules import RUN_RULES
+from perfmodel.rules import PP_LAYERS, RUN_RULES, VPP_LAYERS
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
@@ -80,7 +80,8 @@ DEFAULTS_DOC = {
     "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
     "whole); tp and pp both blank with dp stated: tp the largest size, at most 8 and within the NVLink domain, "
     "that divides n_gpus / (dp x cp) and n_heads and that n_kv_heads divides or is a multiple of, pp the rest "
-    "(at most n_layers); else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
+    "(a split estimate accepts: pp divides n_layers or n_layers + 2, and the stated vpp each stage's layers); "
+    "else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
     "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated, that is whole and ring CP of that size splits "
     "the sequence (seq_len divisible by 2 cp); else 1",
     "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
@@ -211,14 +212,17 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
         two = blank["tp"] & blank["pp"] & np.isnan(tp) & np.isnan(pp) & _whole(rest) & _whole(dp) & _whole(cp)
         gpn, gpu_names = _num(out, "gpus_per_node"), _text(out, "gpu")
         heads_col, kv_col, layers_col = _num(out, "n_heads"), _num(out, "n_kv_heads"), _num(out, "n_layers")
+        vpp_col = _num(out, "vpp")
         for i in np.flatnonzero(two & (rest <= SIZE_LIMITS["n_gpus"])):
             cap = _tp_cap(str(gpu_names[i]), int(gpn[i]) if _whole(gpn[i]) else None)
             heads_i = int(heads_col[i]) if _whole(heads_col[i]) else None
             kv_i = int(kv_col[i]) if _whole(kv_col[i]) else heads_i
-            layers_i = layers_col[i] if _whole(layers_col[i]) else np.inf
+            # the stage split estimate accepts (perfmodel.rules PP_LAYERS, VPP_LAYERS with a stated vpp)
+            split = {"n_layers": int(layers_col[i]) if _whole(layers_col[i]) else None,
+                     "vpp": int(vpp_col[i]) if _whole(vpp_col[i]) else 1}
             fits = [d for d in range(1, min(cap, int(rest[i])) + 1)
-                    if rest[i] % d == 0 and rest[i] / d <= layers_i and (heads_i is None or heads_i % d == 0)
-                    and (kv_i is None or kv_i % d == 0 or d % kv_i == 0)]
+                    if rest[i] % d == 0 and (heads_i is None or heads_i % d == 0)
+                    and (kv_i is None or kv_i % d == 0 or d % kv_i == 0) and _stages_ok(split, int(rest[i]) // d)]
             if fits:
                 tp[i], pp[i] = float(fits[-1]), rest[i] / fits[-1]
         tp[blank["tp"] & np.isnan(tp)] = 1.0
@@ -246,6 +250,14 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
                     ("ffn_hidden_size", ffn), ("n_heads", heads)):
         out[name] = np.where(blank[name], x, df[name].to_numpy(dtype=object) if name in df else x)
     return out
+
+
+def _stages_ok(split: dict, pp: int) -> bool:
+    """pp stages split the layers as estimate requires (and the stated vpp divides each stage's)."""
+    if split["n_layers"] is None:
+        return True
+    x = {"n_layers": split["n_layers"], "pp": pp, "vpp": split["vpp"]}
+    return not bool(PP_LAYERS.broken(x)) and not (pp > 1 and bool(VPP_LAYERS.broken(x)))
 
 
 #: the largest tensor-parallel size a blank tp is given: one HGX board, as the published recipes use

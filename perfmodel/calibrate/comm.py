@@ -173,7 +173,7 @@ def comm_command(
     rows = [
         ("op", op),
         ("size", f"{size_bytes} B"),
-        ("gpus", f"{gpus} ({gpus // gpus_per_node} nodes x {gpus_per_node})"),
+        ("gpus", f"{gpus} ({-(-gpus // gpus_per_node)} node{'s' if gpus > gpus_per_node else ''} x {gpus_per_node})"),
         ("time", f"{out['time_s'] / US_S:.1f} us"),
         ("algbw", f"{out['algbw_gb_per_s']:.2f} GB/s"),
         ("busbw", f"{out['busbw_gb_per_s']:.2f} GB/s"),

@@ -259,7 +259,7 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
-        gpn = int(t.n_ranks) // int(t.n_nodes) if t.n_nodes and t.n_ranks else gpus_per_node
+        gpn = -(-int(t.n_ranks) // int(t.n_nodes)) if t.n_nodes and t.n_ranks else gpus_per_node  # the fullest host
         ms.append(Measurement(t, gpu_name, gpn, scale_out_gbit_per_s_per_node * gpn / gpus_per_node,
                               network or "", str(p)))
     fit = fit_collectives(ms, base=base)

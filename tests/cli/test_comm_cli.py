@@ -96,6 +96,8 @@ def test_a_group_that_part_fills_its_last_node_is_costed():
     slow, fast = (run_json("--op", "all_reduce", "--bytes", str(2**30), "--gpus", "12",
                            "--scale-out-gbit-per-s", str(x))["time_s"] for x in (400, 3200))
     assert slow > fast > inside
+    table = runner.invoke(app, [*BASE, "--op", "all_reduce", "--bytes", str(2**30), "--gpus", "12"]).stdout
+    assert "12 (2 nodes x 8)" in table
 
 
 def test_a_user_refit_of_the_congestion_is_not_capped_by_the_shipped_range(tmp_path):

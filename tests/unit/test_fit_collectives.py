@@ -182,3 +182,22 @@ def test_a_table_that_part_fills_its_last_node_counts_as_multi_node():
     twelve = m._replace(result=dataclasses.replace(m.result, n_ranks=12))
     tables = fc._tables([twelve], fc.MIB)
     assert tables and tables[0].nodes == 2
+
+
+@pytest.mark.parametrize("n_ranks, hosts", [(12, 2), (20, 3), (24, 3), (10, 3)])
+def test_a_table_naming_its_hosts_keeps_their_count(monkeypatch, n_ranks, hosts):
+    """Ranks spread unevenly over the hosts a log names (20 on 3): the fit sees those 3 nodes, not 4."""
+    import dataclasses
+
+    m = next(m for m in fc.shipped_measurements() if m.path.endswith("aws_p5_2node_h100_allreduce.txt"))
+    seen = []
+
+    def spy(ms, **kw):
+        seen.extend((t.n, t.nodes) for t in fc._tables(ms, fc.MIB))
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(fc, "fit_collectives", spy)
+    with pytest.raises(RuntimeError, match="stop"):
+        fc.fit_from_tables([dataclasses.replace(m.result, n_ranks=n_ranks, n_nodes=hosts)], gpu_name="h100-sxm5-80gb",
+                           gpus_per_node=8, scale_out_gbit_per_s_per_node=3200)
+    assert seen == [(n_ranks, hosts)]

@@ -194,7 +194,11 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
                  global_batch=64),                                                       # MQA: tp 8 (a multiple of 1)
             dict(ROW, run_id="t-008", tp=None, pp=None, dp=16, n_gpus=128, gpu="gb200", gpus_per_node=4,
                  global_batch=64),                                                       # NVL72: tp 8 across trays
-            dict(ROW, run_id="t-009", cp=None, tp=4, pp=12, dp=4, seq_len=2050)]         # 2050 % (2 x 2): no ring CP
+            dict(ROW, run_id="t-009", cp=None, tp=4, pp=12, dp=4, seq_len=2050),        # 2050 % (2 x 2): no ring CP
+            dict(ROW, run_id="t-010", tp=None, pp=None, dp=2, n_gpus=144, n_layers=96, n_heads=96, hidden_size=12288,
+                 ffn_hidden_size=49152, global_batch=64),                                # tp 8 would need pp 9: tp 6, pp 12
+            dict(ROW, run_id="t-011", tp=None, pp=None, dp=2, n_gpus=48, n_layers=32, n_heads=32, hidden_size=4096,
+                 ffn_hidden_size=11008, global_batch=64)]                                # no split: 24 = tp x pp fails
     inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
     assert list(status[:5]) == ["ok"] * 5, reason
     assert (inputs["cp"][0], inputs["cp"][1]) == (2.0, 1.0)
@@ -205,6 +209,8 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
     assert status[6] == "ok" and (inputs["tp"][6], inputs["pp"][6]) == (8.0, 8.0)
     assert status[7] == "ok" and (inputs["tp"][7], inputs["pp"][7]) == (8.0, 1.0)
     assert status[8] == "invalid" and "tp*pp*dp*cp must equal gpus" in reason[8]
+    assert status[9] == "ok" and (inputs["tp"][9], inputs["pp"][9]) == (6.0, 12.0)
+    assert status[10] == "invalid"   # estimate refuses every split of 24 GPUs over 32 layers and 32 heads too
     assert "cp" in DEFAULTS_DOC
 
 
