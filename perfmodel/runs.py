@@ -253,7 +253,10 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _stages_ok(split: dict, pp: int) -> bool:
-    """pp stages split the layers as estimate requires (and the stated vpp divides each stage's)."""
+    """pp stages split the layers as estimate requires (and a stated vpp > 1, which needs a pipeline,
+    divides each stage's)."""
+    if split["vpp"] > 1 and pp == 1:
+        return False
     if split["n_layers"] is None:
         return True
     x = {"n_layers": split["n_layers"], "pp": pp, "vpp": split["vpp"]}

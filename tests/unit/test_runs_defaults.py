@@ -198,7 +198,8 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
             dict(ROW, run_id="t-010", tp=None, pp=None, dp=2, n_gpus=144, n_layers=96, n_heads=96, hidden_size=12288,
                  ffn_hidden_size=49152, global_batch=64),                                # tp 8 would need pp 9: tp 6, pp 12
             dict(ROW, run_id="t-011", tp=None, pp=None, dp=2, n_gpus=48, n_layers=32, n_heads=32, hidden_size=4096,
-                 ffn_hidden_size=11008, global_batch=64)]                                # no split: 24 = tp x pp fails
+                 ffn_hidden_size=11008, global_batch=64),                                # no split: 24 = tp x pp fails
+            dict(ROW, run_id="t-012", tp=None, pp=None, dp=48, vpp=5, global_batch=384)]  # vpp 5 needs stages: tp 4, pp 2
     inputs, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
     assert list(status[:5]) == ["ok"] * 5, reason
     assert (inputs["cp"][0], inputs["cp"][1]) == (2.0, 1.0)
@@ -211,6 +212,7 @@ def test_blank_cp_and_a_blank_tp_pp_pair_are_read_off_the_gpu_count():
     assert status[8] == "invalid" and "tp*pp*dp*cp must equal gpus" in reason[8]
     assert status[9] == "ok" and (inputs["tp"][9], inputs["pp"][9]) == (6.0, 12.0)
     assert status[10] == "invalid"   # estimate refuses every split of 24 GPUs over 32 layers and 32 heads too
+    assert status[11] == "ok" and (inputs["tp"][11], inputs["pp"][11], inputs["vpp"][11]) == (4.0, 2.0, 5.0)
     assert "cp" in DEFAULTS_DOC
 
 
