@@ -1,4 +1,5 @@
 """Documented defaults for blank cells of a runs CSV (perfmodel/runs.py DEFAULTS_DOC)."""
+import numpy as np
 import pandas as pd
 
 from perfmodel.runs import DEFAULTS_DOC, runs_to_inputs
@@ -233,3 +234,22 @@ def test_a_part_used_last_node_is_not_an_error():
                  global_batch=64, micro_batch=2)]
     _, status, reason, _ = runs_to_inputs(pd.DataFrame(rows))
     assert list(status) == ["ok", "ok"], reason
+
+
+def test_one_blank_layout_cell_is_read_back_from_the_others():
+    """Blanking any one of tp, pp, dp or cp in a shipped run leaves its prediction unchanged: the
+    defaults recover the stated value from n_gpus and the other three."""
+    from pathlib import Path
+
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import predict_runs
+
+    runs = read_runs_csv(Path(__file__).resolve().parents[2] / "calibration" / "data" / "runs" / "calibration_runs.csv")
+    sample = pd.concat([runs[~runs.run_id.str.startswith("hfpb")], runs[runs.run_id.str.startswith("hfpb")].iloc[::25]])
+    sample = sample.reset_index(drop=True)
+    full = predict_runs(sample)
+    assert (full["status"] == "ok").all()
+    for col in ("tp", "pp", "dp", "cp"):
+        blanked = predict_runs(sample.assign(**{col: np.nan}))
+        assert (blanked["status"] == "ok").all(), (col, blanked[blanked.status != "ok"].reason.unique())
+        np.testing.assert_allclose(blanked["pred_tokens_per_s_per_gpu"], full["pred_tokens_per_s_per_gpu"], rtol=1e-12)
