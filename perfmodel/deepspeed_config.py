@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import InputError, read_text_file
+from perfmodel.specs.parallel import zeropp_text
 from perfmodel.structured_text import load_json
 
 PREFIX = "deepspeed_config"
@@ -125,7 +126,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     if parts and stage != 3:
         raise InputError(
             f"{PREFIX}.zero_optimization.stage",
-            f"ZeRO++ ({','.join(sorted(parts))}) requires stage 3 (got {stage})",
+            f"ZeRO++ ({zeropp_text(parts)}) requires stage 3 (got {stage})",
         )
     bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")
     if bf16 and fp16:

@@ -25,7 +25,7 @@ from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
 from perfmodel.rules import first_broken
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.job import Precision
-from perfmodel.specs.parallel import RECOMPUTE_CODES
+from perfmodel.specs.parallel import RECOMPUTE_CODES, zeropp_text
 from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
 from perfmodel.zeropp import FP16_BYTES
@@ -276,7 +276,7 @@ def estimate(
             "gpus_per_node": cluster.gpus_per_node,
             "scale_out_gbit_per_s_per_node": cluster.scale_out_gbit_per_s_per_node,
             **parallel.model_dump(mode="json"), **job.model_dump(mode="json"),
-            "zeropp": ",".join(sorted(parallel.zeropp)),  # same form as recommend's (a comma list)
+            "zeropp": zeropp_text(parallel.zeropp),  # same form as recommend's (a comma list)
             "sp": parallel.sp and parallel.tp > 1,  # as costed: sequence parallelism needs a TP group
         },
     )

@@ -37,6 +37,7 @@ from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.search.engine import METRICS, evaluate, template_inputs
 from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
 from perfmodel.step import STEP_INPUTS, step_costs
 
 Mode = Literal["fixed", "best"]
@@ -54,7 +55,7 @@ VARIABLES: dict[str, str] = {
 NUMERIC = ("gpus", "scale_out_gbit_per_s", "seq_len", "global_batch")
 WHOLE = ("gpus", "seq_len", "global_batch")
 UPPER = {"gpus": MAX_GPUS, "seq_len": MAX_COUNT, "global_batch": MAX_COUNT, "scale_out_gbit_per_s": MAX_GBIT_PER_S}
-ZEROPP_ALL = "hpz,qgz,qwz"
+ZEROPP_ALL = zeropp_text(ZEROPP_ORDER)
 CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute")
 INT_CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
@@ -162,7 +163,7 @@ def _fixed_parallel(parallel: ParallelSpec, n_gpus: int, zeropp_on: bool | None)
 
 def _config_row(par: ParallelSpec) -> dict[str, Any]:
     return {**{k: getattr(par, k) for k in CONFIG_COLUMNS if k not in ("zeropp", "sp")},
-            "sp": bool(par.sp and par.tp > 1), "zeropp": ",".join(sorted(par.zeropp))}
+            "sp": bool(par.sp and par.tp > 1), "zeropp": zeropp_text(par.zeropp)}
 
 
 def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool) -> list[dict]:

@@ -24,6 +24,7 @@ from perfmodel import rules
 from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
 from perfmodel.rules import reason_codes
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
+from perfmodel.specs.parallel import ZEROPP_ORDER
 
 #: the parallel keys of ``STEP_INPUTS`` that the search varies (all else comes from the template)
 PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute",
@@ -175,7 +176,7 @@ def structural_violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
 # ---- ZeRO++ (opt-in dimension) ---------------------------------------------------------------
 #: ZeRO++ parts as step inputs (Wang et al. 2023, arXiv 2306.10209): qwZ, hpZ (secondary group =
 #: one node's DP ranks), qgZ; only with ZeRO-3
-ZEROPP_KEYS = ("qwz", "hpz", "qgz")
+ZEROPP_KEYS = ZEROPP_ORDER
 #: memory rejection reported apart from the generic one: fits without, not with, the hpZ copy
 HPZ_MEMORY_REASON = "does not fit in GPU memory with the hpZ secondary partition (+2 Psi / alpha per GPU)"
 

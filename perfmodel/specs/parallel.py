@@ -8,6 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Recompute = Literal["none", "selective", "full", "balanced"]
 CpKind = Literal["ring", "ulysses"]
 ZeroPP = Literal["qwz", "hpz", "qgz"]
+#: the ZeRO++ parts in the paper's order (Wang et al. 2023: qwZ, hpZ, qgZ), as every output lists them
+ZEROPP_ORDER = ("qwz", "hpz", "qgz")
+
+
+def zeropp_text(parts) -> str:
+    """A set of ZeRO++ parts as the comma list estimate, recommend and whatif print ('' for none)."""
+    return ",".join(p for p in ZEROPP_ORDER if p in set(parts or ()))
 
 #: integer codes used by the vectorized cost functions
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2, "balanced": 3}
@@ -62,7 +69,7 @@ class ParallelSpec(BaseModel):
         if self.vpp > 1 and self.pp == 1:
             raise ValueError(f"vpp ({self.vpp}) must be 1 when pp is 1")
         if self.zeropp and self.zero_stage != 3:
-            raise ValueError(f"zeropp ({','.join(sorted(self.zeropp))}) requires zero_stage 3 (got {self.zero_stage})")
+            raise ValueError(f"zeropp ({zeropp_text(self.zeropp)}) requires zero_stage 3 (got {self.zero_stage})")
         return self
 
     @property

@@ -188,3 +188,29 @@ def test_megatron_flags_carry_the_overlaps_that_were_costed():
     hint = megatron_overlap_hint(_job(framework="megatron-lm"), row)
     assert all(s in hint for s in switches)
     assert megatron_overlap_hint(_job(framework="nemo"), row) is None
+
+
+def test_the_emitted_deepspeed_config_reads_back_to_the_same_prediction(tmp_path):
+    """Round trip: the search's ZeRO++ winner for a DeepSpeed job, emitted as a DeepSpeed JSON and given
+    back to `perfmodel estimate --deepspeed-config` with its layout, costs what the search said."""
+    model = pm.load_model("llama3-8b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8, 400.0)
+    job = pm.JobSpec(global_batch=256, seq_len=4096, precision="bf16", framework="deepspeed")
+    df = pm.search(model, cluster, job, top=None)  # every feasible candidate, best first
+    zpp = df[(df["zero_stage"] == 3) & (df["zeropp"] != "")]
+    assert len(zpp), "the search tries ZeRO++ for DeepSpeed"
+    row = zpp.iloc[0].to_dict()
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(deepspeed_config(model, job, row)))
+    args = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--gpus-per-node", "8",
+            "--scale-out-gbit-per-s", "400", "--global-batch", "256", "--seq-len", "4096", "--framework", "deepspeed",
+            "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--cp", str(row["cp"]), "--vpp", str(row["vpp"]),
+            "--recompute", row["recompute"], "--sp" if row["sp"] else "--no-sp", "--deepspeed-config", str(ds),
+            "--json"]
+    if row.get("cp_kind"):
+        args += ["--cp-kind", row["cp_kind"]]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["config"]["zeropp"] == row["zeropp"] and out["config"]["micro_batch"] == row["micro_batch"]
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(row["tokens_per_s_per_gpu"], rel=1e-9)

@@ -166,7 +166,7 @@ def test_cli_deepspeed_config(tmp_path):
     r = CliRunner().invoke(app, base + ["--deepspeed-config", str(good)])
     assert r.exit_code == 0, r.output
     cfg = json.loads(r.stdout)["config"]
-    assert cfg["zero_stage"] == 3 and cfg["zeropp"] == "hpz,qgz,qwz" and cfg["micro_batch"] == 2
+    assert cfg["zero_stage"] == 3 and cfg["zeropp"] == "qwz,hpz,qgz" and cfg["micro_batch"] == 2
     assert cfg["precision"] == "fp16"
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**TUTORIAL, "zero_optimization": {**TUTORIAL["zero_optimization"], "stage": 1}}))
