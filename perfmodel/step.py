@@ -45,7 +45,8 @@ STEP_INPUTS = (
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
     "matmul_efficiency_max", "n_sms", "hbm_bytes_per_s", "hbm_capacity_bytes",
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes", "congestion_max_nodes",
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "nvlink_domain_gpus", "job_nodes", "congestion_nodes",
+    "congestion_max_nodes",
     "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s", "ll_bandwidth_ratio",
     "intra_latency_s", "inter_latency_s",
     # parallel
@@ -335,7 +336,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     sub = z3_rows.take
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
-        "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s",
+        "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
+        "ring_step_latency_s",
         "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
 
     def coll_sub(op, size, n, stride):
