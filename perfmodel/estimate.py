@@ -121,7 +121,7 @@ def cluster_arrays(
         "ll_latency_s": (shape or {}).get("ll_latency_us", 0.0) * US_S,
         "ll_bandwidth_ratio": (shape or {}).get("ll_bandwidth_ratio", 0.0),
         "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
-        "job_nodes": float(math.ceil(cluster.n_gpus / cluster.gpus_per_node)),  # the last one may be part-used
+        "job_nodes": float(cluster.n_nodes),  # the last one may be part-used
         "intra_latency_s": gpu.intra_node_latency_us * US_S,
         "attn_efficiency_max": gpu.attention_efficiency_max or constants.attn_efficiency_max,
         "attn_fwd_speedup": gpu.attention_fwd_speedup,

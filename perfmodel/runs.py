@@ -22,7 +22,7 @@ from perfmodel.rules import PP_LAYERS, RUN_RULES, VPP_LAYERS
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
-from perfmodel.specs.parallel import RECOMPUTE_CODES
+from perfmodel.specs.parallel import RECOMPUTE_CODES, ZEROPP_ORDER
 
 MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
 
@@ -120,13 +120,12 @@ def tflops_convention(df: pd.DataFrame) -> np.ndarray:
 
 #: what no default can stand in for: a row without one of these is invalid
 REQUIRED = ("run_id", "n_layers", "hidden_size", "seq_len", "gpu")
-#: the largest stated size a run may have: the model specs' own bounds (perfmodel/specs/model.py) and the
-#: search's array limits (perfmodel/limits.py)
 #: zeropp cells that say "no ZeRO++ part" in words
 NO_ZEROPP = frozenset({"none", "no", "off", "false", "0"})
 #: recompute cells that say "no recomputation" in other words than the schema's `none`
 NO_RECOMPUTE_WORDS = frozenset({"no", "off", "false", "0"})
-
+#: the largest stated size a run may have: the model specs' own bounds (perfmodel/specs/model.py) and the
+#: search's array limits (perfmodel/limits.py)
 SIZE_LIMITS = {
     "n_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "ffn_hidden_size": MAX_WIDTH, "n_heads": MAX_HEADS,
     "n_kv_heads": MAX_HEADS, "vocab_size": MAX_VOCAB, "seq_len": MAX_SEQ_LEN, "n_gpus": MAX_GPUS, "tp": MAX_GPUS,
@@ -207,7 +206,7 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
             x[fill] = q[fill]
         # tp and pp both blank, dp stated: tensor parallelism inside the NVLink domain first (the largest
         # size, at most 8, that divides the GPUs left and the head count and that the key/value head count
-        # divides or is a multiple of), the rest in pipeline stages (no more stages than layers)
+        # divides or is a multiple of), the rest in pipeline stages that split the layers as estimate accepts
         rest = gpus / (dp * cp)
         two = blank["tp"] & blank["pp"] & np.isnan(tp) & np.isnan(pp) & _whole(rest) & _whole(dp) & _whole(cp)
         gpn, gpu_names = _num(out, "gpus_per_node"), _text(out, "gpu")
@@ -379,9 +378,9 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
     zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())
                 if z not in NO_ZEROPP else frozenset() for z in _text(df, "zeropp")]
-    mark(np.array([bool(z - {"qwz", "hpz", "qgz"}) for z in zpp_sets], dtype=bool), "invalid",
-         "zeropp: must be a comma list of qwz, hpz, qgz")
-    zpp_flags = {k: np.array([float(k in z) for z in zpp_sets]) for k in ("qwz", "hpz", "qgz")}
+    mark(np.array([bool(z - set(ZEROPP_ORDER)) for z in zpp_sets], dtype=bool), "invalid",
+         f"zeropp: must be a comma list of {', '.join(ZEROPP_ORDER)}")
+    zpp_flags = {k: np.array([float(k in z) for z in zpp_sets]) for k in ZEROPP_ORDER}
 
     tp, pp, dp, cp = (_num(df, c, 1.0) for c in ("tp", "pp", "dp", "cp"))
     cp = np.nan_to_num(cp, nan=1.0)

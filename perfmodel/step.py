@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from perfmodel.costs.comm import collective_time_s, group_placement
+from perfmodel.costs.comm import collective_time_s, congestion_factor, group_placement
 from perfmodel.costs.compute import elementwise_time_s, flash_attention_efficiency, gemm_time_s
 from perfmodel.costs.flops import (
     model_flops_per_token,
@@ -281,8 +281,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     p2p_crosses = pp * pp_stride > domain
     # fixed per-message costs grow with the whole job's load on a congesting fabric (1 + nodes / N_c)
-    fabric_slowdown = np.where(f64["job_nodes"] > 1, 1.0 + np.minimum(f64["job_nodes"], f64["congestion_max_nodes"])
-                               / f64["congestion_nodes"], 1.0)
+    fabric_slowdown = congestion_factor(f64["job_nodes"], f64["congestion_nodes"], f64["congestion_max_nodes"])
     p2p = coll("send_recv", ACT_BYTES * tokens * h / tp, np.minimum(pp, 2.0), hop_stride(p2p_crosses)) + np.where(
         p2p_crosses, f64["p2p_overhead_s"] * fabric_slowdown, 0.0
     )

@@ -108,7 +108,7 @@ class _Point(NamedTuple):
     shown: dict[str, Any]
     """The swept values as they go into the frame (names and labels for objects)."""
     invalid: str = ""
-    """Why the point itself is inconsistent (e.g. GPUs not whole nodes); '' when it is not."""
+    """Why the point itself is inconsistent (e.g. a GPU count that tp x pp x cp does not divide); '' when it is not."""
 
 
 def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, values: dict[str, Any],

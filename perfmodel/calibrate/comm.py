@@ -27,7 +27,7 @@ from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load
 from perfmodel.costs.comm import OPS, collective_time_s, op_factor
 from perfmodel.errors import InputError
 from perfmodel.limits import MAX_BYTES, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nvlink_domain
+from perfmodel.specs.hardware import AcceleratorSpec, ClusterSpec, nodes_holding, nvlink_domain
 from perfmodel.units import GB_BYTES, US_S
 
 OP_SPECIFIC = NETWORK_OP_SPECIFIC
@@ -173,7 +173,8 @@ def comm_command(
     rows = [
         ("op", op),
         ("size", f"{size_bytes} B"),
-        ("gpus", f"{gpus} ({-(-gpus // gpus_per_node)} node{'s' if gpus > gpus_per_node else ''} x {gpus_per_node})"),
+        ("gpus", f"{gpus} ({nodes_holding(gpus, gpus_per_node)} node{'s' if gpus > gpus_per_node else ''} x "
+                 f"{gpus_per_node})"),
         ("time", f"{out['time_s'] / US_S:.1f} us"),
         ("algbw", f"{out['algbw_gb_per_s']:.2f} GB/s"),
         ("busbw", f"{out['busbw_gb_per_s']:.2f} GB/s"),

@@ -41,7 +41,7 @@ from perfmodel.costs.comm import OPS
 from perfmodel.calibrate.parsers.nccl_tests import NcclTestsResult
 from perfmodel.calibration_profile import Calibration
 from perfmodel.errors import InputError
-from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.specs.hardware import AcceleratorSpec, nodes_holding
 from perfmodel.units import US_S
 from perfmodel.structured_text import dump_yaml
 
@@ -110,7 +110,7 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
         if rows.empty:
             continue
         spec = m.gpu if isinstance(m.gpu, AcceleratorSpec) else load_gpu(m.gpu)
-        out.append(_Table(m, spec, r.op, int(r.n_ranks), max(-(-int(r.n_ranks) // m.gpus_per_node), 1),
+        out.append(_Table(m, spec, r.op, int(r.n_ranks), max(nodes_holding(r.n_ranks, m.gpus_per_node), 1),
                           rows["size_bytes"].to_numpy(float), rows["oop_time_us"].to_numpy(float) * US_S))
     return out
 
@@ -259,7 +259,8 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
-        gpn = -(-int(t.n_ranks) // int(t.n_nodes)) if t.n_nodes and t.n_ranks else gpus_per_node  # the fullest host
+        # ranks on the fullest host, rounded up (20 ranks on 3 hosts: 7, so the table spans 3 nodes)
+        gpn = -(-int(t.n_ranks) // int(t.n_nodes)) if t.n_nodes and t.n_ranks else gpus_per_node
         ms.append(Measurement(t, gpu_name, gpn, scale_out_gbit_per_s_per_node * gpn / gpus_per_node,
                               network or "", str(p)))
     fit = fit_collectives(ms, base=base)

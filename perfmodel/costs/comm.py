@@ -128,6 +128,15 @@ def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf, lined_u
     return group_placement(group_size, stride, domain_gpus, job_gpus, lined_up)[0]
 
 
+def congestion_factor(n_domains, congestion_nodes, congestion_max_nodes=np.inf):
+    """How much a congesting fabric slows what spans ``n_domains`` NVLink domains: 1 + N / congestion_nodes
+    (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes), with N capped at the most nodes
+    the congestion was measured on -- a fabric's taper bounds how far its bandwidth falls, and beyond the
+    measurements nothing says where. 1 inside one domain."""
+    n = np.asarray(n_domains, dtype=float)
+    return np.where(n > 1.0, 1.0 + np.minimum(n, congestion_max_nodes) / congestion_nodes, 1.0)
+
+
 def collective_time_s(
     op: str,
     size_bytes,
@@ -161,7 +170,9 @@ def collective_time_s(
     ll_on = crosses & (ratio > 0)
     ratio = np.where(ratio > 0, ratio, 1.0)
     if op == "send_recv":
-        bw = np.where(crosses, nic_bytes_per_s_per_gpu / (1.0 + 2.0 / congestion_nodes), nvlink_bytes_per_s)
+        # a point-to-point transfer spans two domains
+        bw = np.where(crosses, nic_bytes_per_s_per_gpu / congestion_factor(2.0, congestion_nodes, congestion_max_nodes),
+                      nvlink_bytes_per_s)
         t = size_bytes / bw + np.where(crosses, inter_latency_s, intra_latency_s)
         # NCCL runs small point-to-point transfers with its low-latency protocol too, large ones with Simple
         t = np.where(ll_on, np.minimum(t, size_bytes / (bw * ratio) + ll_latency_s), t)
@@ -175,12 +186,8 @@ def collective_time_s(
         inter_ranks = np.where(ring_inter_node, n, n_domains)
         # a group inside one domain never touches the NICs, flat-ring fabric or not
         inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu) * crosses
-    # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its
-    # NICs (tapered Clos; HF Ultra-Scale Playbook all-reduce bandwidth vs nodes). Send/recv spans 2.
-    # N is capped at the most nodes the congestion was measured on: a fabric's taper bounds how far its
-    # bandwidth falls, and beyond the measurements nothing says where
-    load = np.minimum(n_domains, congestion_max_nodes) / congestion_nodes
-    inter = inter * np.where(crosses, 1.0 + load, 1.0)
+    # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its NICs
+    inter = inter * congestion_factor(n_domains, congestion_nodes, congestion_max_nodes)
     latency = np.where(
         crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
     )

@@ -57,7 +57,7 @@ def report(
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         counts = parse_gpu_counts(scaling_gpus, "scaling_gpus")
-        for n in counts or ():  # each count as a cluster of this kind (whole nodes beyond one)
+        for n in counts or ():  # each count as a cluster of this kind (the last node may be part-used)
             try:
                 ClusterSpec.build(cluster.gpu, n, min(cluster.gpus_per_node, n), cluster.scale_out_gbit_per_s_per_node,
                                   cluster.stated_latency_us, network=cluster.network)

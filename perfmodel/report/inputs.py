@@ -28,7 +28,7 @@ def model_rows(model: ModelSpec) -> Rows:
 
 def cluster_rows(cluster: ClusterSpec) -> Rows:
     gpu = cluster.gpu
-    nodes = -(-cluster.n_gpus // cluster.gpus_per_node)  # the last one may be part-used
+    nodes = cluster.n_nodes  # the last one may be part-used
     part = "" if cluster.n_gpus % cluster.gpus_per_node == 0 or cluster.n_gpus < cluster.gpus_per_node else \
         f", the last with {cluster.n_gpus % cluster.gpus_per_node}"
     return [

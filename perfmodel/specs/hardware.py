@@ -177,6 +177,11 @@ def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
     return gpus_per_node
 
 
+def nodes_holding(n_gpus: int, gpus_per_node: int) -> int:
+    """Nodes a job of ``n_gpus`` occupies: the last one may be part-used (12 GPUs on 8-GPU nodes: 2)."""
+    return -(-int(n_gpus) // int(gpus_per_node))
+
+
 class ClusterSpec(BaseModel):
     """The cluster: how many GPUs, how many share a node / NVLink domain, and the network."""
 
@@ -234,6 +239,11 @@ class ClusterSpec(BaseModel):
             scale_out_latency_stated=bool(scale_out_latency_us),
             network=network,
         )
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes the job occupies (``nodes_holding``)."""
+        return nodes_holding(self.n_gpus, self.gpus_per_node)
 
     @property
     def stated_latency_us(self) -> float | None:

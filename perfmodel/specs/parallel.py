@@ -16,6 +16,7 @@ def zeropp_text(parts) -> str:
     """A set of ZeRO++ parts as the comma list estimate, recommend and whatif print ('' for none)."""
     return ",".join(p for p in ZEROPP_ORDER if p in set(parts or ()))
 
+
 #: integer codes used by the vectorized cost functions
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2, "balanced": 3}
 
