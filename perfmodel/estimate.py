@@ -169,7 +169,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
 
 def constant_arrays(constants: CostConstants) -> dict[str, float]:
     keys = (
-        "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency",
+        "attn_seq_half", "attn_bwd_over_fwd", "nonflash_attn_efficiency", "misaligned_bmm_efficiency",
         "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param",
         "matmul_training_efficiency", "fp4_matmul_efficiency_ratio", "tp_internode_efficiency",
     )

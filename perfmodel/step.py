@@ -61,7 +61,7 @@ STEP_INPUTS = (
     "elementwise_passes_per_h", "mlp_activation_in_gemm",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
-    "nonflash_attn_efficiency",
+    "nonflash_attn_efficiency", "misaligned_bmm_efficiency",
     "elementwise_bytes_per_h", "hbm_efficiency", "optimizer_bytes_per_param", "fp8_matmul_efficiency_ratio",
     "matmul_training_efficiency", "fp4_matmul_efficiency_ratio", "tp_internode_efficiency",
 )
@@ -73,6 +73,7 @@ TIME_PARTS = (
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
 
 ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
+HEAD_DIM_ALIGN = 8.0  # elements: 16 bytes of 16-bit activations, the tensor-core kernels' load width
 
 
 class _Subset:
@@ -154,13 +155,26 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # attention core: 4 b s_q s_kv h / t FLOPs, causal half skipped by flash kernels; with CP
     # each rank holds s/cp queries against all s keys (load-balanced ring, Megatron CP)
     attn_flops_full = 4.0 * b * s_loc * s * h / tp
-    attn_flash_f = 0.5 * attn_flops_full / (
+    # a head dimension d that is not a multiple of HEAD_DIM_ALIGN elements (16 bytes of fp16/bf16):
+    # flash-attention pads q, k, v to the next multiple (flash_attn_interface.py: "if head_size_og % 8
+    # != 0: ... pad"), so its kernels do the padded math; cuBLAS's batched GEMMs (QK^T and AV, whose
+    # leading dimension is d) lose the tensor-core kernels' aligned loads (cuBLAS "Tensor Core Usage"
+    # restrictions; NVIDIA Matrix Multiplication Background guide, "Tensor Core Requirements") and run
+    # at misaligned_bmm_efficiency of the aligned rate
+    d_head = h / a
+    misaligned = np.mod(d_head, HEAD_DIM_ALIGN) != 0
+    bmm_eff = f64["nonflash_attn_efficiency"]
+    d_padded = d_head
+    if np.any(misaligned):  # (rare: skipped otherwise, which keeps the search fast)
+        d_padded = np.ceil(d_head / HEAD_DIM_ALIGN) * HEAD_DIM_ALIGN
+        bmm_eff = bmm_eff * np.where(misaligned, f64["misaligned_bmm_efficiency"], 1.0)
+    attn_flash_f = 0.5 * attn_flops_full * (d_padded / d_head) / (
         peak16 * flash_attention_efficiency(
-            np.where(f64["cp_ulysses"] > 0, s, s_loc), f64["attn_efficiency_max"], f64["attn_seq_half"], h / a
+            np.where(f64["cp_ulysses"] > 0, s, s_loc), f64["attn_efficiency_max"], f64["attn_seq_half"], d_padded
         ) * ke
     )
     scores_bytes = ACT_BYTES * b * (a / tp) * s_loc * s
-    attn_plain_f = attn_flops_full / (peak16 * eff_max * f64["nonflash_attn_efficiency"] * ke) + elementwise_time_s(
+    attn_plain_f = attn_flops_full / (peak16 * eff_max * bmm_eff * ke) + elementwise_time_s(
         6.0 * scores_bytes, hbm, f64["hbm_efficiency"]
     )
     # an exponential-unit upgrade (Blackwell Ultra) speeds flash attention beyond its tensor-core rate:

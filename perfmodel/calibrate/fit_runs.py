@@ -9,7 +9,9 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
 * global: attn_efficiency_max and fp8_matmul_efficiency_ratio (each only for GPUs that state no
   measured flash-attention rate / fp8 MAMF of their own), tp_internode_efficiency (from the runs
   whose TP group spans nodes, in any stack, on fabrics without a value of their own: in the shipped
-  data DLPerf's single TP 32 run on EDR InfiniBand; the HF playbook's TP 16/32 when it is alone);
+  data DLPerf's single TP 32 run on EDR InfiniBand; the HF playbook's TP 16/32 when it is alone),
+  misaligned_bmm_efficiency (from the runs without flash attention whose head dimension is not a
+  multiple of 8: BLOOM's head-count sweeps);
   fabric congestion is not invented here for fabrics no collective benchmark measured: an unknown
   fabric is taken as non-blocking;
 * per fabric with data (e.g. EFA): congestion_nodes; and tp_internode_efficiency for a fabric with
@@ -30,7 +32,7 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import Calibration
 from perfmodel.frameworks import PROFILES
 from perfmodel.runs import runs_to_inputs
-from perfmodel.step import step_costs
+from perfmodel.step import HEAD_DIM_ALIGN, step_costs
 from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
 
 FRAMEWORK_PARAMS = {
@@ -47,6 +49,7 @@ GLOBAL_PARAMS = {
     "fp8_matmul_efficiency_ratio": (0.3, 1.1, 0.8),
     "fp4_matmul_efficiency_ratio": (0.1, 1.1, 0.6),
     "tp_internode_efficiency": (1e-3, 1.0, 0.5),
+    "misaligned_bmm_efficiency": (0.01, 1.0, 0.25),
 }
 #: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
 ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
@@ -153,6 +156,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         "fp8_matmul_efficiency_ratio": bool((ok & (lowp > 1.0) & (lowp <= 2.5) & ~fp8_measured).any()),
         "fp4_matmul_efficiency_ratio": bool((ok & (lowp > 2.5)).any()),
         "tp_internode_efficiency": bool(tp_cross.any()),
+        "misaligned_bmm_efficiency": bool((ok & (inputs["flash_attention"] <= 0) & (np.mod(
+            inputs["hidden_size"] / inputs["n_heads"], HEAD_DIM_ALIGN) != 0)).any()),
     }
     for p, b in GLOBAL_PARAMS.items():
         if informed.get(p, True):
