@@ -179,6 +179,20 @@ def estimate(
     note = network_note(network, cal)
     if note:
         typer.echo(note)
+    for note in capability_notes(spec, cluster, par, job):
+        typer.echo(note)
+
+
+def capability_notes(model, cluster, par, job) -> list[str]:
+    """What the named stack cannot run (``rules.CAPABILITY_RULES``): estimate still costs such a
+    what-if, and says so; the search never recommends it."""
+    from perfmodel import rules
+    from perfmodel.estimate import config_arrays
+
+    x = config_arrays(model, cluster, par, job)
+    stack = job.framework or "generic"
+    return [f"note: {stack} cannot run this configuration ({r.reason}); it is costed as a what-if"
+            for r in rules.CAPABILITY_RULES if bool(r.broken(x))]
 
 
 def network_note(network: str | None, cal) -> str | None:

@@ -40,9 +40,11 @@ class CostConstants(BaseModel):
         0.25, ge=0.01, le=1, allow_inf_nan=False,
         description="Batched-GEMM attention (no flash kernels) with a head dimension that is not a multiple of 8 "
         "elements (16 bytes of fp16/bf16): fraction of the aligned rate. cuBLAS's tensor-core kernels need "
-        "16-byte-aligned leading dimensions (cuBLAS docs, 'Tensor Core Usage'); the default 0.25 is the "
-        "CUDA-core / tensor-core fp16 peak of A100 and V100 (78 / 312, 31.4 / 125 TFLOP/s); the runs fit sets "
-        "it from the BLOOM head-count sweeps (head dims 108, 150, 450).",
+        "16-byte-aligned leading dimensions (cuBLAS docs, 'Tensor Core Usage'). The default 0.25, the "
+        "CUDA-core / tensor-core fp16 peak of A100 and V100 (78 / 312, 31.4 / 125 TFLOP/s), bounds the fallback "
+        "kernels from above; the runs fit sets an effective value from BLOOM's head-count sweeps (head dims "
+        "108, 150, 450; A100, sequence 2048): 0.095. It scales the s^2 attention FLOPs, so at long sequences "
+        "a misaligned head dominates the step.",
     )
     elementwise_bytes_per_h: float = Field(
         16.0, gt=0, le=1e4, allow_inf_nan=False, description="Passes over an s*b*h activation per layer forward (norms, residuals, dropout, rope)."

@@ -164,6 +164,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
         "pp_balances_head": float(profile.pp_balances_head),
         "elementwise_passes_per_h": profile.elementwise_passes_per_h,
         "mlp_activation_in_gemm": float(profile.mlp_activation_in_gemm),
+        "flash_pads_misaligned_heads": float(profile.flash_pads_misaligned_heads),
     }
 
 

@@ -28,6 +28,10 @@ class FrameworkProfile(BaseModel):
         return not_a_boolean(value) if cls.model_fields[info.field_name].annotation is float else value
 
     flash_attention: bool = Field(True, description="Fused flash attention (Dao et al. 2022) is used.")
+    flash_pads_misaligned_heads: bool = Field(
+        True, description="A head dimension that is not a multiple of 8 still runs flash attention, padded "
+        "(flash-attn's interface, PyTorch SDPA); False: the stack falls back to unfused attention (Transformer "
+        "Engine's backend filter turns flash and cuDNN fused attention off for it).")
     kernel_efficiency: float = Field(
         1.0, ge=0.05, le=1.5, allow_inf_nan=False, description="Multiplier on kernel rates (fusion quality).")
     tp_overlap: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of TP comm hidden behind GEMMs (TE userbuffers).")
@@ -111,7 +115,7 @@ class FrameworkProfile(BaseModel):
 
 
 _MEGATRON_TE = dict(
-    tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5,
+    tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5, flash_pads_misaligned_heads=False,
     step_overhead_s=0.05, fp8_saves_quantized_inputs=True,
     source="Megatron-Core + TransformerEngine: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather "
     "(NeMo/Megatron-Bridge performance recipes)",
@@ -121,7 +125,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
     "megatron-lm": FrameworkProfile(
         tp_overlap=0.0, dp_overlap=0.0, param_gather_overlap=0.0, zero3_overlap=0.0, pp_overlap=0.3,
-        fp8_saves_quantized_inputs=True, fp16_grads_in_param_dtype=True,
+        fp8_saves_quantized_inputs=True, fp16_grads_in_param_dtype=True, flash_pads_misaligned_heads=False,
         source="Megatron-LM as its arguments default (megatron/training/arguments.py): --overlap-grad-reduce and "
         "--overlap-param-gather off (store_true, default False; NeMo / Megatron-Bridge recipes turn them on; the "
         "same switches overlap Megatron-FSDP's gathers and reduce-scatters, so ZeRO-3 is not overlapped either), no TP "

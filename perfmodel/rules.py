@@ -19,7 +19,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from perfmodel.costs.compute import FLASH_MAX_HEAD_DIM, HEAD_DIM_ALIGN
 from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL
+from perfmodel.frameworks import PROFILES
 
 #: frameworks whose ZeRO-2/3 (or FSDP) does not compose with pipeline parallelism:
 #: DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
@@ -45,6 +47,12 @@ KWAI_FEATURES = frozenset({"megatron-kwai"})
 ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "deepspeed",
                                 "megatron-deepspeed"})
 
+#: stacks on Transformer Engine attention: a head dimension flash and cuDNN's fused attention do not
+#: take (not a multiple of 8, or above 256) leaves them UnfusedDotProductAttention, which has no context
+#: parallelism (TE dot_product_attention/utils.py: "Disabling UnfusedDotProductAttention as it does not
+#: support context parallelism"): no attention backend is left
+TE_ATTENTION = frozenset(name for name, p in PROFILES.items() if p.flash_attention and not p.flash_pads_misaligned_heads)
+
 Arrays = Mapping[str, np.ndarray]
 
 
@@ -52,7 +60,8 @@ def job_values(model, cluster, job) -> dict:
     """The model, cluster and job quantities the rules read (scalars; the framework as a str)."""
     return {"n_gpus": cluster.n_gpus, "gpus_per_node": cluster.gpus_per_node,
             "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "n_layers": model.n_layers,
-            "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "seq_len": job.seq_len,
+            "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "head_dim": model.hidden_size / model.n_heads,
+            "seq_len": job.seq_len,
             "global_batch": job.global_batch, "framework": (job.framework or "").lower()}
 
 
@@ -152,6 +161,12 @@ ZERO_FSDP = Rule(22, "zero_stage", "must be 0 (DDP) or 3 (FSDP) in this framewor
 SP_STACK = Rule(23, "sp", "must be on with tp > 1 in this framework (its TP plan always shards the sequence)",
                 lambda x: (x["sp"] == 0) & (x["tp"] > 1) & _framework_in(x, SP_ALWAYS), ("sp", "tp", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
+TE_CP_HEAD_DIM = Rule(
+    24, "cp", f"with Transformer Engine attention needs a head dimension that is a multiple of {HEAD_DIM_ALIGN:.0f} and at "
+    f"most {FLASH_MAX_HEAD_DIM:.0f} (else only its unfused attention is left, which has no context parallelism)",
+    lambda x: (x["cp"] > 1) & _framework_in(x, TE_ATTENTION) & (
+        (np.mod(x["head_dim"], HEAD_DIM_ALIGN) != 0) | (x["head_dim"] > FLASH_MAX_HEAD_DIM)),
+    ("cp", "head_dim", "framework"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -164,7 +179,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
-                    BALANCED)
+                    BALANCED, TE_CP_HEAD_DIM)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
+from perfmodel.costs.compute import HEAD_DIM_ALIGN
 from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
@@ -73,8 +74,9 @@ DEFAULTS_DOC = {
     "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
     "n_kv_heads": "n_heads (multi-head attention)",
     "n_heads": "of the head counts that divide hidden_size and that tp divides, the one whose head dimension is "
-    "nearest 128 (GPT-3 175B, Llama, Mistral); attention FLOPs do not depend on it, only the head-dimension "
-    "efficiency of flash attention and the layout rules do",
+    "a multiple of 8 and nearest 128 (GPT-3 175B, Llama, Mistral); attention FLOPs do not depend on it, the "
+    "attention kernels' speed does (flash attention's head-dimension efficiency; a head dimension that is not a "
+    "multiple of 8 runs at the misaligned rate) and so do the layout rules",
     "ffn_hidden_size": "4 x hidden_size for GELU and squared-ReLU MLPs; for SwiGLU Llama's 2/3 of that, rounded up "
     "to a multiple of 256 (4096 -> 11008)",
     "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
@@ -140,8 +142,10 @@ SWIGLU_MULTIPLE_OF = 256
 
 def default_heads(hidden_size: int, tp: int, kv_heads: int | None = None) -> int | None:
     """A blank head count: of the counts that divide the width, that tp divides and that a given key/value
-    head count divides, the one whose head dimension is nearest DEFAULT_HEAD_DIM (the smaller count on a
-    tie); None if no head dimension from 16 to 1024 gives one."""
+    head count divides, the one whose head dimension is a multiple of 8 (HEAD_DIM_ALIGN: models are
+    built so; attention kernels need it) and nearest DEFAULT_HEAD_DIM (the smaller count on a tie); a
+    misaligned head dimension only where no aligned one exists; None if no head dimension from 16 to
+    1024 gives one."""
     best = None
     for d in range(16, 1025):
         if hidden_size % d:
@@ -149,9 +153,9 @@ def default_heads(hidden_size: int, tp: int, kv_heads: int | None = None) -> int
         a = hidden_size // d
         if a % tp or (kv_heads and a % kv_heads):
             continue
-        key = (abs(d - DEFAULT_HEAD_DIM), a)
+        key = (d % HEAD_DIM_ALIGN != 0, abs(d - DEFAULT_HEAD_DIM), a)
         best = key if best is None or key < best else best
-    return None if best is None else int(best[1])
+    return None if best is None else int(best[2])
 
 
 def default_ffn(hidden_size, mlp):

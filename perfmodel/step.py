@@ -18,7 +18,9 @@ from typing import Mapping
 import numpy as np
 
 from perfmodel.costs.comm import collective_time_s, congestion_factor, group_placement
-from perfmodel.costs.compute import elementwise_time_s, flash_attention_efficiency, gemm_time_s
+from perfmodel.costs.compute import (
+    FLASH_MAX_HEAD_DIM, HEAD_DIM_ALIGN, elementwise_time_s, flash_attention_efficiency, gemm_time_s,
+)
 from perfmodel.costs.flops import (
     model_flops_per_token,
     parameter_count,
@@ -58,7 +60,7 @@ STEP_INPUTS = (
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
-    "elementwise_passes_per_h", "mlp_activation_in_gemm",
+    "elementwise_passes_per_h", "mlp_activation_in_gemm", "flash_pads_misaligned_heads",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
     "nonflash_attn_efficiency", "misaligned_bmm_efficiency",
@@ -73,7 +75,6 @@ TIME_PARTS = (
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
 
 ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
-HEAD_DIM_ALIGN = 8.0  # elements: 16 bytes of 16-bit activations, the tensor-core kernels' load width
 
 
 class _Subset:
@@ -156,18 +157,21 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # each rank holds s/cp queries against all s keys (load-balanced ring, Megatron CP)
     attn_flops_full = 4.0 * b * s_loc * s * h / tp
     # a head dimension d that is not a multiple of HEAD_DIM_ALIGN elements (16 bytes of fp16/bf16):
-    # flash-attention pads q, k, v to the next multiple (flash_attn_interface.py: "if head_size_og % 8
-    # != 0: ... pad"), so its kernels do the padded math; cuBLAS's batched GEMMs (QK^T and AV, whose
-    # leading dimension is d) lose the tensor-core kernels' aligned loads (cuBLAS "Tensor Core Usage"
-    # restrictions; NVIDIA Matrix Multiplication Background guide, "Tensor Core Requirements") and run
-    # at misaligned_bmm_efficiency of the aligned rate
+    # flash-attention's interface and PyTorch's SDPA pad q, k, v to the next multiple
+    # (flash_attn_interface.py: "if head_size_og % 8 != 0: ... pad"), so their kernels do the padded
+    # math; Transformer Engine instead turns its flash and cuDNN fused backends off (its backend
+    # filter: "head_dim_qk % 8 = 0"; cuDNN's "requires head_dim % 8 == 0") and runs unfused attention,
+    # as it does above FLASH_MAX_HEAD_DIM. Unfused, cuBLAS's batched GEMMs (QK^T and AV, whose leading
+    # dimension is d) lose the tensor-core kernels' aligned loads (cuBLAS "Tensor Core Usage"
+    # restrictions) and run at misaligned_bmm_efficiency of the aligned rate
     d_head = h / a
     misaligned = np.mod(d_head, HEAD_DIM_ALIGN) != 0
     bmm_eff = f64["nonflash_attn_efficiency"]
     d_padded = d_head
-    if np.any(misaligned):  # (rare: skipped otherwise, which keeps the search fast)
+    if np.any(misaligned | (d_head > FLASH_MAX_HEAD_DIM)):  # (rare: skipped otherwise, keeps the search fast)
         d_padded = np.ceil(d_head / HEAD_DIM_ALIGN) * HEAD_DIM_ALIGN
         bmm_eff = bmm_eff * np.where(misaligned, f64["misaligned_bmm_efficiency"], 1.0)
+        flash = flash * (d_head <= FLASH_MAX_HEAD_DIM) * (~misaligned | (f64["flash_pads_misaligned_heads"] > 0))
     attn_flash_f = 0.5 * attn_flops_full * (d_padded / d_head) / (
         peak16 * flash_attention_efficiency(
             np.where(f64["cp_ulysses"] > 0, s, s_loc), f64["attn_efficiency_max"], f64["attn_seq_half"], d_padded

@@ -32,7 +32,8 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import Calibration
 from perfmodel.frameworks import PROFILES
 from perfmodel.runs import runs_to_inputs
-from perfmodel.step import HEAD_DIM_ALIGN, step_costs
+from perfmodel.costs.compute import HEAD_DIM_ALIGN
+from perfmodel.step import step_costs
 from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
 
 FRAMEWORK_PARAMS = {

@@ -34,6 +34,16 @@ def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_byte
     return np.maximum(flops / rate, bytes_moved / hbm_bytes_per_s) + KERNEL_LAUNCH_S
 
 
+HEAD_DIM_ALIGN = 8.0
+"""Elements of a head dimension the attention kernels need it to be a multiple of: 16 bytes of 16-bit
+data, the tensor-core kernels' load width (cuBLAS "Tensor Core Usage" restrictions; NVIDIA Matrix
+Multiplication Background guide, "Tensor Core Requirements"; FlashAttention and cuDNN's fused
+attention require it)."""
+
+FLASH_MAX_HEAD_DIM = 256.0
+"""Largest head dimension flash attention takes (FlashAttention-2 README: "All head dimensions up to
+256"; Transformer Engine turns its flash backend off above it)."""
+
 ATTN_HEAD_DIM_HALF = 18.0
 """Head dim at which flash attention would run at half its head-dim-128 rate: smaller heads do
 less math per byte of Q/K/V. From kernels.csv (FA2 fwd+bwd, causal, 16K): hd64/hd128 = 284/328
