@@ -79,12 +79,15 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, 
         sel = np.isin(dtypes, group)
         if not sel.any():
             continue
-        res = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([0.05], [1.0]), loss="soft_l1",
-                            f_scale=0.1)
+        res = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([GEMM_EFFICIENCY_BOUNDS[0]],
+                            [GEMM_EFFICIENCY_BOUNDS[1]]), loss="soft_l1", f_scale=0.1)
         fitted[key] = float(res.x[0])
         err[sel] = np.abs(np.exp(resid(res.x, sel)) - 1.0) * 100
     return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
 
+
+GEMM_EFFICIENCY_BOUNDS = (0.05, 1.0)
+"""Range of a fitted best-shape matmul efficiency (fraction of the dense peak)."""
 
 MAX_ACHIEVED_OVER_PEAK = 1.5
 """A GEMM row faster than this multiple of the GPU's dense peak for its dtype is not a real
@@ -190,10 +193,13 @@ def run_calibration(
         except ImportError as exc:  # pragma: no cover - shipped together
             raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
         tables = [t for _, ts in parsed_nccl for t in ts]
+        # the fabric's congestion in the profile this fit is merged into (the shipped EFA one, say)
+        inherited = {k: v for k, v in cal.networks.get((network or "").strip().lower(), {}).items()
+                     if k in ("congestion_nodes", "congestion_max_nodes")}
         fitted, residuals = fit_from_tables(
             tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
             scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
-            network=network,
+            network=network, inherited_congestion=inherited,
         )
         unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
         if unfitted:
@@ -223,10 +229,20 @@ def run_calibration(
             echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
     for p, g in parsed_gemm:
         effs, errs = fit_gemm(g, spec)
-        gpus_over.setdefault(spec.name, {}).update(effs)
         if not effs:
             raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
                              "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+        for key, value in list(effs.items()):
+            if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < value < GEMM_EFFICIENCY_BOUNDS[1] * 0.999:
+                # as for a log: a fit stopped by its bound is not a rate the roofline explains
+                print(f"warning: gemm {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
+                      "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
+                      "not applied", file=sys.stderr)
+                del effs[key]
+        if not effs and not (parsed_nccl or parsed_traces or parsed_logs or parsed_runs or len(parsed_gemm) > 1):
+            raise NothingUsable(f"gemm {p}: no matmul efficiency fit is within its bounds; nothing to apply, no "
+                                "profile written")
+        gpus_over.setdefault(spec.name, {}).update(effs)
         med = float(errs.abs_err_pct.median())  # over the fitted rows (the others are NaN)
         inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
                        "median_abs_err_pct": med, **effs})
@@ -236,7 +252,8 @@ def run_calibration(
              + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
-        inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "kernel_time_s": cats})
+        inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p),
+                       "points": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
         echo(f"trace {p}: kernel time by category (s) {cats}")
         if len(summary.nccl_collectives):
             by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()
@@ -252,7 +269,8 @@ def run_calibration(
     for (p, log), point in zip(parsed_logs, log_points):
         it = log["iteration_time_s"].dropna()
         med = float(it.median()) if len(it) else None
-        entry = {"kind": "log", "path": _rel(p), "sha256": sha256_of(p), "points": len(log),
+        entry = {"kind": "log", "path": _rel(p), "sha256": sha256_of(p),
+                 "points": point.iterations if point is not None else len(log),
                  "median_iteration_time_s": med}
         inputs.append(entry)
         log_entries[str(p)] = entry
@@ -320,6 +338,12 @@ def run_calibration(
         from perfmodel.calibrate.fit_logs import fit_logs
 
         cal, table = fit_logs(points, cal)
+        if parsed_runs and table.applied.any():
+            # the recorded runs residuals describe the profile written: with the logs' efficiencies
+            per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()
+            echo(f"runs: macro-averaged MAPE with the logs' kernel efficiencies applied: {per_src.mean():.1f}%")
+            cal = cal.model_copy(update={"provenance": {
+                **cal.provenance, "runs_mape_pct_by_source": per_src.round(2).to_dict()}})
         for row in table.itertuples():
             log_entries[row.path].update({
                 "framework": row.framework, "measured_iteration_time_s": round(row.measured_iteration_time_s, 6),
@@ -398,9 +422,11 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     args = parse_megatron_arguments(path)
     if args is None:
         return None
-    framework = log["framework"].mode().iloc[0]
-    if framework not in MEGATRON_LOG_FRAMEWORKS:
+    # the block's own iteration lines: a Megatron-DeepSpeed log may also carry DeepSpeed's timer lines
+    log = log[log["framework"].isin(MEGATRON_LOG_FRAMEWORKS)]
+    if log.empty:
         return None
+    framework = log["framework"].mode().iloc[0]
     specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
                                scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
     overrides = megatron_log_overrides(args, specs[3].precision)

@@ -105,7 +105,11 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
         if r.op is not None and r.op not in OPS:  # broadcast, reduce, ...: no training collective
             continue
         if r.op is None or r.n_ranks is None:
-            raise InputError("nccl-tests", "op and rank count must be known to fit", m.path)
+            raise InputError("nccl-tests", "op and rank count must be known to fit (a '#  Rank' line per rank, "
+                             "or the op in the file name: all_reduce, all_gather, reduce_scatter, alltoall, "
+                             "sendrecv)", m.path)
+        if r.n_ranks < 2:  # one rank moves no data: nothing of a fabric to fit (busbw 0)
+            continue
         rows = r.rows[(r.rows["size_bytes"] >= min_bytes) & (r.rows["oop_time_us"] > 0)]
         if rows.empty:
             continue
@@ -243,8 +247,10 @@ def fit_collectives(
             over, plain[net] = _fit_group(multi, "", over, fix, not single, base)
         for op in OP_SPECIFIC:
             sub = [t for t in ts if t.op == op]
-            if sub and main:
-                over = _fit_group(sub, f"{op}.", over, fix, False, base)[0]
+            if sub:
+                # an op of its own on top of the all_reduce fit; without all_reduce tables, its own
+                # tables fit both tiers (still under the op's prefix: the shared values stay as they were)
+                over = _fit_group(sub, f"{op}.", over, fix, not main, base)[0]
         systems[net] = over
     residuals = residual_table(tables, systems, base)
     overrides = _overrides(tables, systems, plain)
@@ -252,10 +258,16 @@ def fit_collectives(
 
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
-                    network: str | None = None, paths=None, base: Calibration | None = None):
+                    network: str | None = None, paths=None, base: Calibration | None = None,
+                    inherited_congestion: dict[str, float] | None = None):
     """One system's tables (``perfmodel calibrate --nccl-tests``) -> (Calibration overrides,
     {path or "table i": median |error| in % over sizes >= 1 MiB}). Ranks per node are taken from
-    each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``."""
+    each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``.
+
+    ``inherited_congestion``: the congestion the written profile keeps for this fabric
+    (``congestion_nodes``, ``congestion_max_nodes`` of the profile it is merged into). Unless the
+    tables span the three node counts that fit a congestion of their own, the fit holds it fixed,
+    so that the written profile reproduces the tables it was fitted on."""
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
@@ -263,7 +275,12 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
         gpn = -(-int(t.n_ranks) // int(t.n_nodes)) if t.n_nodes and t.n_ranks else gpus_per_node
         ms.append(Measurement(t, gpu_name, gpn, scale_out_gbit_per_s_per_node * gpn / gpus_per_node,
                               network or "", str(p)))
-    fit = fit_collectives(ms, base=base)
+    fixed = None
+    if inherited_congestion:
+        counts = {max(nodes_holding(t.n_ranks, m.gpus_per_node), 1) for t, m in zip(tables, ms) if t.n_ranks}
+        if len({c for c in counts if c > 1}) < 3:
+            fixed = {network_key(network or ""): dict(inherited_congestion)}
+    fit = fit_collectives(ms, base=base, fixed=fixed)
     per_file = file_residuals(fit["residuals"]) if len(fit["residuals"]) else pd.DataFrame(columns=["path"])
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
     return over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()}

@@ -97,7 +97,23 @@ def test_broken_blocks_are_errors_with_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"run.log:1: arguments: the block never ends"):
         parse_megatron_arguments(_write(tmp_path, _block({"a": 1})[:-1]))
     with pytest.raises(InputError, match=r"run.log:3: arguments: expected"):
-        parse_megatron_arguments(_write(tmp_path, _block({"a": 1})[:2] + ["garbage here"] + _block({"a": 1})[2:]))
+        parse_megatron_arguments(_write(tmp_path, _block({"a": 1})[:2] + ["  !! garbage"] + _block({"a": 1})[2:]))
+    # another process's (unindented) line printed into the block is not an argument: skipped
+    noisy = _block({"a": 1, "b": 2})
+    noisy.insert(2, "[W init.cpp:767] Warning: nvfuser is deprecated")
+    assert dict(parse_megatron_arguments(_write(tmp_path, noisy))) == {"a": "1", "b": "2"}
+
+
+@pytest.mark.parametrize("label", ["[1,0]<stdout>:", "[rank0]:", "[default0]:", "0: ", "  0: ", "[0] "])
+def test_launcher_labels_before_the_block_and_the_iteration_lines(tmp_path, label):
+    from perfmodel.calibrate.parsers import parse_training_log
+
+    lines = [label + t for t in _block({"a": 1, "tensor_model_parallel_size": 8})]
+    lines.append(label + " iteration        1/      10 | elapsed time per iteration (ms): 5000.0 |")
+    path = _write(tmp_path, lines)
+    assert dict(parse_megatron_arguments(path)) == {"a": "1", "tensor_model_parallel_size": "8"}
+    log = parse_training_log(path)
+    assert list(log.iteration_time_s) == [5.0] and list(log.framework) == ["megatron-lm"]
 
 
 def _calibrate(*args, cwd=ROOT):

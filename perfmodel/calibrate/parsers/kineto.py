@@ -88,8 +88,18 @@ class KinetoSummary:
     reduce_scatter / all_to_all (in elements), the buffer for the others."""
 
 
+def _opener(path: Path):
+    """gzip.open for a gzip stream (its magic bytes, whatever the suffix), else open."""
+    try:
+        with open(path, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        gzipped = path.suffix == ".gz"  # the open below reports the error
+    return gzip.open if gzipped else open
+
+
 def _load(path: Path) -> dict:
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = _opener(path)
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
             doc = json.load(fh)
@@ -171,8 +181,7 @@ def _event_where(path: Path, index: int) -> str:
     top-level object with the JSON decoder; just ``path`` if the walk fails. Only called on the
     error path, so the second read costs nothing in the normal case."""
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with _opener(path)(path, "rt", encoding="utf-8") as fh:
             text = fh.read()
         dec = json.JSONDecoder()
         ws = re.compile(r"[ \t\n\r]*")

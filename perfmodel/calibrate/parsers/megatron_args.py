@@ -12,7 +12,8 @@ Megatron-Kwai)::
 
 (dots pad each name to 48 characters; a longer name is followed by two spaces). Values are Python's
 ``str()`` of the argument: ``None``, ``True``/``False``, numbers, ``torch.bfloat16``, lists.
-A ``[rankN]:`` / ``[defaultN]:`` / ``N: `` launcher prefix is allowed, as in iteration lines.
+A launcher label (``parsers.launcher``) is allowed, as in iteration lines; a line inside the block
+that is not indented (another process's output, a warning) is skipped.
 
 The padded vocabulary is not an argument at print time: the tokenizer sets it later and prints
 `` > padded vocab (size: V) with D dummy tokens (new size: P)`` (``_vocab_size_with_padding``);
@@ -24,9 +25,9 @@ import ast
 import re
 from pathlib import Path
 
+from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
 from perfmodel.errors import InputError, read_text_file
 
-_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\d+:\s)")  # torchrun --tee: [default0]:
 _START = re.compile(r"^-{3,} arguments -{3,}$")
 _END = re.compile(r"^-{3,} end of arguments -{3,}$")
 _ARG = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*) \.* ?(.*?)\s*$")
@@ -54,7 +55,7 @@ def parse_megatron_arguments(path: str | Path) -> MegatronArguments | None:
     names an argument twice is an ``InputError`` naming the file and line."""
     path = Path(path)
     lines = read_text_file(path, "log", errors="replace").splitlines()
-    texts = [_RANK_PREFIX.sub("", raw) for raw in lines]
+    texts = [strip_launcher_prefix(raw) for raw in lines]
     start = next((i for i, t in enumerate(texts, start=1) if _START.match(t.strip())), None)
     if start is None:
         return None
@@ -73,6 +74,8 @@ def parse_megatron_arguments(path: str | Path) -> MegatronArguments | None:
         if not text.strip():
             continue
         m = _ARG.match(text)
+        if m is None and not text[:1].isspace():
+            continue  # another process's line printed into the block (a warning): not an argument line
         if m is None:
             raise InputError("arguments", "expected '  name .... value' inside Megatron's arguments block "
                              f"(got {text.strip()[:60]!r})", f"{path}:{lineno}")

@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
 from perfmodel.errors import InputError, read_text_file
 from perfmodel.limits import MAX_BYTES, MAX_COUNT
 
@@ -38,7 +39,6 @@ _OPS = (r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broad
         r"scatter|reduce)")
 _OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run or announced
 _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
-_PREFIX_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s|#|$))")  # srun -l pads labels
 _RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
                       r"\s+\[[^\]]*\]\s+(.*\S)")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
@@ -72,8 +72,9 @@ class NcclTestsResult:
     op_source: Literal["text", "filename", "rows"] | None
     """Where ``op`` came from: a ``*_perf`` name in the output, the file name, or the rows."""
     n_ranks: int | None
-    """Ranks in the communicator: the ``#  Rank`` lines, else inferred from busbw/algbw."""
-    n_ranks_source: Literal["rank_lines", "bw_ratio"] | None
+    """Ranks in the communicator: the ``#  Rank`` lines, else size / count (all_gather, reduce_scatter,
+    alltoall), else inferred from busbw/algbw where their printed rounding allows."""
+    n_ranks_source: Literal["rank_lines", "size_count", "bw_ratio"] | None
     n_nodes: int | None
     """Distinct host names in the ``#  Rank`` lines; None without them."""
     device_name: str | None
@@ -89,7 +90,7 @@ class NcclTestsResult:
 
 
 def _strip_prefix(line: str) -> str:
-    return _PREFIX_RE.sub("", line.rstrip("\n"), count=1).strip()
+    return strip_launcher_prefix(line.rstrip("\n")).strip()
 
 
 def _header_columns(tokens: list[str]) -> list[str] | None:
@@ -169,20 +170,46 @@ def _op_from_rows(rows: pd.DataFrame, n_ranks: int | None) -> Collective | None:
     return "reduce_scatter" if total else None
 
 
-def _n_ranks_from_bw(op: str | None, rows: pd.DataFrame) -> int | None:
-    """Invert busbw_factor on the row with the largest algbw (best rounding)."""
-    best = rows.loc[rows["oop_algbw_gb_per_s"].idxmax()]
-    if op is None or best["oop_algbw_gb_per_s"] <= 0:
+def _n_ranks_from_sizes(op: str | None, rows: pd.DataFrame) -> int | None:
+    """all_gather, reduce_scatter and alltoall print ``count`` per rank and ``size`` over all ranks:
+    size / (count x type size) is the rank count exactly."""
+    if op not in ("all_gather", "reduce_scatter", "all_to_all"):
         return None
-    ratio = best["oop_busbw_gb_per_s"] / best["oop_algbw_gb_per_s"]
+    row = rows.iloc[-1]
+    typesize = _DTYPE_BYTES.get(str(row["dtype"]).lower())
+    if typesize is None or not row["count"]:
+        return None
+    n, rest = divmod(int(row["size_bytes"]), int(row["count"]) * typesize)
+    return n if n >= 2 and rest == 0 else None
+
+
+def _n_ranks_from_bw(op: str | None, rows: pd.DataFrame) -> int | None:
+    """The rank count whose busbw factor reproduces every row's printed busbw from its algbw (both
+    printed with two decimals), when exactly one count near the inverse of busbw / algbw does: as the
+    count grows the factor tends to 2 (or 1) and neighbouring counts print alike, so a large count
+    cannot be read this way."""
+    best = rows.loc[rows["oop_algbw_gb_per_s"].idxmax()]
+    algbw, busbw = best["oop_algbw_gb_per_s"], best["oop_busbw_gb_per_s"]
+    if op is None or algbw <= 0 or busbw <= 0:
+        return None
+    ratio = busbw / algbw
     if op == "all_reduce" and ratio < 2.0:
         n = 2.0 / (2.0 - ratio)
     elif op in ("all_gather", "reduce_scatter", "all_to_all") and ratio < 1.0:
         n = 1.0 / (1.0 - ratio)
     else:
         return None
-    n_int = int(round(n))  # printed values have 2 decimals; refuse an ambiguous rounding
-    return n_int if n_int >= 2 and abs(n - n_int) <= 0.3 else None
+    pairs = [(rows[f"{side}_algbw_gb_per_s"].to_numpy(float), rows[f"{side}_busbw_gb_per_s"].to_numpy(float))
+             for side in ("oop", "ip")]
+
+    def consistent(k: int) -> bool:
+        f = busbw_factor(op, k)
+        return all(np.all(~np.isfinite(a) | ~np.isfinite(b) | (np.abs(b - f * a) <= 0.005 + 0.005 * f + 1e-9))
+                   for a, b in pairs)
+
+    centre = int(round(n))
+    fits = [k for k in range(max(2, centre - 50), centre + 51) if consistent(k)]
+    return fits[0] if len(fits) == 1 else None
 
 
 def _nccl_version(text: str) -> str | None:
@@ -214,6 +241,8 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
     if op is None:
         op, op_source = _op_from_rows(rows, n_ranks), "rows"
     n_source = "rank_lines" if n_ranks else None
+    if n_ranks is None:
+        n_ranks, n_source = _n_ranks_from_sizes(op, rows), "size_count"
     if n_ranks is None:
         n_ranks = _n_ranks_from_bw(op, rows)
         n_source = "bw_ratio" if n_ranks else None

@@ -1,7 +1,6 @@
 """Training-log lines -> one row per logged iteration (REFERENCES.md §3c).
 
-Recognised lines (a ``[rankN]:`` / ``[defaultN]:`` (torchrun --tee) / ``N: `` launcher prefix is
-allowed anywhere before them):
+Recognised lines (a launcher label, ``parsers.launcher``, may precede them):
 - Megatron-LM ``iteration N/M | ... elapsed time per iteration (ms): X | throughput per GPU
   (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``);
 - Megatron-Kwai: the same with ``tokens per sec per gpu: Z``;
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
 from perfmodel.errors import InputError, read_text_file
 
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
@@ -112,7 +112,7 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
     for lineno, raw in enumerate(read_text_file(path, "log", errors="replace").splitlines(), start=1):
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
-        text = re.sub(r"^\s*(?:\[(?:rank|default)\d+\]:|\d+:\s)", "", _ANSI_RE.sub("", raw))
+        text = strip_launcher_prefix(_ANSI_RE.sub("", raw))
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)

@@ -1,0 +1,20 @@
+"""The per-line labels launchers put before a process's output, shared by the log parsers.
+
+* torchrun ``--tee``/``--log-dir`` and Megatron's rank labels: ``[rank0]:``, ``[default0]:``;
+* Slurm ``srun -l`` (padded: `` 0: ``) and similar ``N: `` labels;
+* Open MPI ``mpirun --tag-output``: ``[1,0]<stdout>:`` / ``<stderr>:``;
+* MPICH / Intel MPI ``-l`` / ``-prepend-rank``: ``[0] ``.
+
+One whitespace character after the label is part of it; the line's own indentation is kept.
+"""
+from __future__ import annotations
+
+import re
+
+LAUNCHER_PREFIX = re.compile(
+    r"^\s*(?:\[(?:rank|default)\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\[\d+\](?=\s)|\d+:(?=\s|#|$))\s?")
+
+
+def strip_launcher_prefix(line: str) -> str:
+    """``line`` without a leading launcher label (and the one blank after it)."""
+    return LAUNCHER_PREFIX.sub("", line, count=1)
