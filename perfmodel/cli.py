@@ -66,6 +66,9 @@ def build_job(global_batch, seq_len, precision, framework, gpu=None):
     for name, value in (("global_batch", global_batch), ("seq_len", seq_len)):
         if value > MAX_COUNT:
             raise InputError(name, f"must be at most {MAX_COUNT:,} (got {value:,})")
+    if framework is not None and not framework.strip():
+        raise InputError("framework", "must name a training stack (e.g. megatron-lm); an unknown name runs with "
+                         "the generic profile, an empty one is a mistake")
 
     try:
         return JobSpec(global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)
@@ -176,9 +179,9 @@ def estimate(
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
     typer.echo("memory breakdown (GiB):")
     typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
-    note = network_note(network, cal)
-    if note:
-        typer.echo(note)
+    for note in (framework_note(framework), network_note(network, cal)):
+        if note:
+            typer.echo(note)
     for note in capability_notes(spec, cluster, par, job):
         typer.echo(note)
 
@@ -193,6 +196,18 @@ def capability_notes(model, cluster, par, job) -> list[str]:
     stack = job.framework or "generic"
     return [f"note: {stack} cannot run this configuration ({r.reason}); it is costed as a what-if"
             for r in rules.CAPABILITY_RULES if bool(r.broken(x))]
+
+
+def framework_note(framework: str | None) -> str | None:
+    """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
+    'megatron-lm' would otherwise change the answer silently)."""
+    from perfmodel.frameworks import PROFILES
+
+    if framework is None or framework.strip().lower() in PROFILES:
+        return None
+    known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
+    return (f"note: framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
+            f"overlap; known: {known})")
 
 
 def network_note(network: str | None, cal) -> str | None:

@@ -91,6 +91,7 @@ def _value(name: str, x: Arrays):
         "layers per stage": lambda: -(-x["n_layers"] // x["pp"]),
         "micro-batches": lambda: x["global_batch"] // (x["micro_batch"] * x["dp"]),
         "n_heads/tp": lambda: x["n_heads"] // x["tp"],
+        "n_kv_heads/tp": lambda: max(x["n_kv_heads"] // x["tp"], 1),
         "gpus": lambda: x["n_gpus"],
     }
     v = derived[name]() if name in derived else x[name]
@@ -141,8 +142,11 @@ ZERO_PP = Rule(13, "zero_stage", "ZeRO-2/3 does not compose with pipeline parall
 ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp x cp > 1 (identical to zero_stage 0)",
                lambda x: (x["zero_stage"] > 0) & (x["dp"] * x["cp"] == 1))
 ULYSSES_HEADS = Rule(
-    15, "cp", "with cp_kind ulysses must divide the heads per TP rank",
-    lambda x: (x["cp_ulysses"] == 1) & (x["cp"] > 1) & ((x["n_heads"] // x["tp"]) % x["cp"] != 0), ("cp", "n_heads/tp"))
+    15, "cp", "with cp_kind ulysses must divide the query and the key/value heads per TP rank (the all-to-all "
+    "splits heads; Transformer Engine asserts 'number of attention heads needs to be divisible by CP size')",
+    lambda x: (x["cp_ulysses"] == 1) & (x["cp"] > 1) & (
+        ((x["n_heads"] // x["tp"]) % x["cp"] != 0) | (np.maximum(x["n_kv_heads"] // x["tp"], 1) % x["cp"] != 0)),
+    ("cp", "n_heads/tp", "n_kv_heads/tp"))
 OFFLOAD_PP = Rule(16, "offload_fraction", "activation offloading needs pp >= 3 (Megatron-Kwai)",
                   lambda x: (x["offload_fraction"] > 0) & (x["pp"] < 3), ("offload_fraction", "pp"))
 BALANCED = Rule(17, "recompute", "balanced recompute needs Megatron-Kwai",

@@ -68,10 +68,13 @@ DEFAULTS_DOC = {
     "of its published benchmarks); else the vocabulary of the catalog model with the same layers, hidden, "
     "ffn, heads and MLP kind when the catalog names exactly one (GPT-3 175B 51200, Nemotron-3 8B 256000); "
     "else 32000 (Llama-2 tokenizer)",
+    "mlp": "gelu (the GPT-family two-matrix MLP; the schema's own default convention); 'relu' (OPT) is costed as "
+    "the same two-matrix MLP",
     "tied_embeddings": "nanotron: tied when ffn_hidden_size < 10000 (scripts/scaling_benchmarks.py); "
     "else yes for GELU (GPT-family) models, no otherwise",
     "gpus_per_node": "the GPU profile's default_gpus_per_node",
-    "scale_out_gbit_per_s_per_node": "the GPU profile's default_scale_out_gbit_per_s_per_node",
+    "scale_out_gbit_per_s_per_node": "the GPU profile's NICs per GPU times the row's GPUs per node "
+    "(default_scale_out_gbit_per_s_per_node x gpus_per_node / default_gpus_per_node)",
     "n_kv_heads": "n_heads (multi-head attention)",
     "n_heads": "of the head counts that divide hidden_size and that tp divides, the one whose head dimension is "
     "a multiple of 8 and nearest 128 (GPT-3 175B, Llama, Mistral); attention FLOPs do not depend on it, the "
@@ -496,7 +499,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             gpu=gpu, n_gpus=n_g, gpus_per_node=g,
             nvlink_domain_gpus=nvlink_domain(gpu, g),
             scale_out_gbit_per_s_per_node=(
-                bw_i if np.isfinite(bw_i) and bw_i > 0 else gpu.default_scale_out_gbit_per_s_per_node
+                bw_i if np.isfinite(bw_i) and bw_i > 0 else gpu.default_scale_out_gbit_per_s(g)
             ),
             scale_out_latency_us=gpu.scale_out_latency_us,
         )

@@ -56,7 +56,7 @@ def collective_inputs(
         n_gpus=n_gpus,
         gpus_per_node=gpus_per_node,
         nvlink_domain_gpus=nvlink_domain(spec, gpus_per_node),
-        scale_out_gbit_per_s_per_node=scale_out_gbit_per_s_per_node or spec.default_scale_out_gbit_per_s_per_node,
+        scale_out_gbit_per_s_per_node=scale_out_gbit_per_s_per_node or spec.default_scale_out_gbit_per_s(gpus_per_node),
         scale_out_latency_us=spec.scale_out_latency_us,
         network=network,
     )

@@ -198,7 +198,7 @@ def run_calibration(
                      if k in ("congestion_nodes", "congestion_max_nodes")}
         fitted, residuals = fit_from_tables(
             tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
-            scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s_per_node,
+            scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s(gpus_per_node),
             network=network, inherited_congestion=inherited,
         )
         unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]

@@ -57,6 +57,14 @@ HF_ACTIVATIONS = frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"
                             "quick_gelu", "relu", "relu2", "silu", "swish", "swiglu"})
 
 
+#: model types whose config may leave the MLP width out, meaning 4 x hidden in transformers (GPT-2, GPT-J,
+#: CodeGen, GPT-BigCode: n_inner None -> 4 * n_embd; GPT-Neo: intermediate_size None -> 4 * hidden_size;
+#: BLOOM, Falcon / RefinedWeb: a fixed 4h MLP; MPT: expansion_ratio 4). Others (Llama, GPT-NeoX, OPT, Phi, ...)
+#: default to a fixed width of their own, which is not 4h: their configs must state it.
+GPT2_STYLE = frozenset({"gpt2", "gpt_bigcode", "gpt_neo", "gptj", "codegen", "bloom", "falcon", "refinedweb",
+                        "refinedwebmodel", "mpt"})
+
+
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     """Map a Hugging Face config.json (Llama/Mistral/Qwen/Gemma style or GPT-2 style) to a ModelSpec.
 
@@ -99,6 +107,9 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
 
     # the spellings transformers maps onto these (GPT-2 n_embd, BLOOM n_embed, MPT/OLMo d_model,
     # n_heads, n_layers, GPT-Neo num_heads, num_layers)
+    if cfg.get("is_encoder_decoder") is True or cfg.get("num_decoder_layers") is not None:
+        raise InputError("model.is_encoder_decoder", "encoder-decoder models (T5, BART, ...) are not modelled "
+                         "(decoder-only transformers only)", where=where)
     hidden = need("hidden_size", "hidden_size", "n_embd", "n_embed", "d_model")
     layers = need("n_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
     heads = need("n_heads", "num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -123,8 +134,13 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     # gated MLPs (gate, up, down): SwiGLU (silu) and GeGLU (Gemma's gelu_pytorch_tanh)
     gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma",
                                                                  "gemma2", "olmo", "olmo2", "phi3")
-    # a missing MLP width is GPT-2's documented default (n_inner: null -> 4 * n_embd); a given one is used as is
-    ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+    # a missing MLP width is GPT-2's documented default (n_inner: null -> 4 * n_embd), and only GPT-2's
+    # (and its derivatives'): a gated config without one would take its class's default in transformers
+    # (LlamaConfig: 11008 whatever the width), which is not 4h; a given one is used as is
+    if model_type in GPT2_STYLE or (not gated and not model_type):
+        ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+    else:
+        ffn = need("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim")
     tied = pick("tie_word_embeddings")
     if tied is None:
         # transformers' defaults when the key is absent: PretrainedConfig and GemmaConfig tie,

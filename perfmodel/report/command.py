@@ -20,7 +20,7 @@ def report(
     gpu: GpuOpt,
     gpus: GpusOpt,
     global_batch: BatchOpt,
-    out: Annotated[Path, typer.Option("--out", help="Folder for report.html, the PNG plots and the CSVs.")],
+    out: Annotated[str, typer.Option("--out", help="Folder for report.html, the PNG plots and the CSVs.")],
     seq_len: SeqOpt = 2048,
     gpus_per_node: GpnOpt = None,
     scale_out_gbit_per_s: ScaleOutOpt = None,
@@ -51,6 +51,9 @@ def report(
     from perfmodel.specs import ClusterSpec
 
     try:
+        if not out.strip():  # an unset shell variable, not "here": say so rather than fill the current folder
+            raise InputError("out", "must name a folder (got an empty value)")
+        out = Path(out)
         if not 1 <= top <= MAX_TOP:
             raise InputError("top", f"must be between 1 and {MAX_TOP} (got {top})")
         spec = load_model(model)

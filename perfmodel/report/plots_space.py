@@ -51,6 +51,11 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     """Total throughput (with ideal linear scaling from the smallest count) and MFU vs GPUs,
     each point the fastest configuration at that GPU count."""
     fig, (ax,) = new_figure(9, 4.6)
+    if scaling.empty:
+        ax.text(0.5, 0.5, "no configuration fits at any GPU count of the scaling curve", ha="center", va="center",
+                transform=ax.transAxes, color="#555555")
+        ax.set_axis_off()
+        return fig
     df = scaling.sort_values("n_gpus")
     g = df["n_gpus"].to_numpy(dtype=float)
     total = df["tokens_per_s"].to_numpy(dtype=float) / 1e6

@@ -71,7 +71,7 @@ def recommend(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.cli import build_cluster, build_job, fail, framework_note
     from perfmodel.errors import InputError
     from perfmodel.search.emit import EMIT_TARGETS
     from perfmodel.search.emit import emit as emit_text
@@ -132,6 +132,9 @@ def recommend(
 
     df = res.candidates.head(top)
     typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {job.precision}, {framework}")
+    note = framework_note(framework)
+    if note:
+        typer.echo(note)
     typer.echo(
         f"searched {res.n_evaluated:,} configurations in {res.search_time_s:.2f} s: {res.n_feasible:,} fit "
         f"(objective: {objective})"

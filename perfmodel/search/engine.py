@@ -214,7 +214,7 @@ def run_search(
 ) -> SearchResult:
     """Enumerate, evaluate and rank every configuration of the job on ``cluster`` (or on each
     of ``gpu_counts`` GPUs of the same kind). ``top`` limits the rows of the DataFrame (with
-    breakdowns); None keeps every feasible candidate (without breakdowns beyond the top 50).
+    breakdowns, every row); None keeps every feasible candidate (without breakdowns beyond the top 50).
     ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration; None (the
     default) does so where the framework implements ZeRO++ (DeepSpeed)."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
@@ -293,7 +293,8 @@ def run_search(
         "offload_fraction": cfg("offload_fraction").astype(float),
         **{k: scores[k][keep] for k in ("tokens_per_s", "time_to_train_s", "cost_usd")},
     })
-    df = _attach_breakdowns(df, evaluated, which[keep], rows[keep], n=min(len(df), 50))
+    # the rows asked for all get their breakdowns; the whole feasible set (top None) its first 50
+    df = _attach_breakdowns(df, evaluated, which[keep], rows[keep], n=len(df) if top is not None else min(len(df), 50))
 
     pareto = pareto_front(df_all_best(evaluated)) if len(counts) > 1 else None
     elapsed = time.perf_counter() - t0
@@ -348,7 +349,12 @@ def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
             "tokens_per_s_per_gpu": float(t[i]), "tokens_per_s": float(t[i] * ev.n_gpus),
             "mfu": float(ev.metrics["mfu"][i]),
         })
-    return pd.DataFrame(recs)
+    return pd.DataFrame(recs, columns=BEST_COLUMNS)
+
+
+#: df_all_best's columns (also when no GPU count has a feasible configuration)
+BEST_COLUMNS = ("n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "sp", "recompute",
+                "tokens_per_s_per_gpu", "tokens_per_s", "mfu")
 
 
 def pareto_front(best: pd.DataFrame) -> pd.DataFrame:

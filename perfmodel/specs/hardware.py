@@ -130,6 +130,13 @@ class AcceleratorSpec(BaseModel):
         needs 'fp8', mxfp8 'mxfp8', nvfp4 'nvfp4') and not listed in ``unsupported_precisions``."""
         return precision in self.peak_dense_tflop_per_s and precision not in self.unsupported_precisions
 
+    def default_scale_out_gbit_per_s(self, gpus_per_node: int | None = None) -> float:
+        """Total NIC bandwidth of a node of ``gpus_per_node`` GPUs when none is stated: the default
+        node's NICs per GPU (one NIC per GPU in DGX/HGX and NVL72 trays) times the GPUs, so a GB200
+        "node" of 72 GPUs (the NVL72 rack) has its 72 GPUs' NICs, not one tray's."""
+        gpn = gpus_per_node or self.default_gpus_per_node
+        return self.default_scale_out_gbit_per_s_per_node * gpn / self.default_gpus_per_node
+
     @property
     def default_precision(self) -> str:
         """The precision a job that names none trains in: bf16, or fp16 where the GPU has no bf16
@@ -233,7 +240,7 @@ class ClusterSpec(BaseModel):
             gpus_per_node=gpn,
             nvlink_domain_gpus=domain,
             scale_out_gbit_per_s_per_node=(
-                scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s_per_node
+                scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s(gpn)
             ),
             scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
             scale_out_latency_stated=bool(scale_out_latency_us),

@@ -54,14 +54,18 @@ def test_offload_lowers_memory_and_costs_time_only_when_copies_outrun_compute():
 def test_ulysses_needs_heads_divisible_and_costs_all_to_all():
     model, cluster = _llama70b(64)
     job = pm.JobSpec(global_batch=8, seq_len=65536, framework="megatron-lm")
-    ring = pm.estimate(model, cluster, pm.ParallelSpec(tp=8, cp=8, dp=1, recompute="full"), job)
-    uly = pm.estimate(model, cluster, pm.ParallelSpec(tp=8, cp=8, dp=1, recompute="full", cp_kind="ulysses"), job)
+    # 64 query / 8 key-value heads: tp 2 leaves 4 K/V heads per rank for the all-to-all over cp 4
+    ring = pm.estimate(model, cluster, pm.ParallelSpec(tp=2, cp=4, dp=8, recompute="full"), job)
+    uly = pm.estimate(model, cluster, pm.ParallelSpec(tp=2, cp=4, dp=8, recompute="full", cp_kind="ulysses"), job)
     assert uly.time_breakdown_s["cp_comm_s"] > 0
     assert ring.memory_gib == pytest.approx(uly.memory_gib)
     with pytest.raises(pm.InputError) as exc:  # 64 heads / tp 8 = 8 per rank: cp 16 does not divide
         pm.estimate(pm.load_model("llama3-70b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 128),
                     pm.ParallelSpec(tp=8, cp=16, dp=1, cp_kind="ulysses"), job)
     assert exc.value.field == "cp"
+    with pytest.raises(pm.InputError) as exc:  # 8 query heads per rank, but 1 K/V head: cp 8 cannot split it
+        pm.estimate(model, cluster, pm.ParallelSpec(tp=8, cp=8, dp=1, cp_kind="ulysses"), job)
+    assert exc.value.field == "cp" and "key/value" in exc.value.rule
 
 
 def test_offload_needs_three_stages():

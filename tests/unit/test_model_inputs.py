@@ -115,11 +115,26 @@ def test_falcon_multi_query_and_gemma_tying(tmp_path):
 
 
 def test_only_a_missing_mlp_width_takes_the_gpt2_default(tmp_path):
-    cfg = {k: v for k, v in LLAMA3_8B_HF.items() if k != "intermediate_size"}
-    for extra in ({}, {"n_inner": None}):  # GPT-2 writes n_inner: null for 4 * n_embd
-        p = tmp_path / "config.json"
-        p.write_text(json.dumps({**cfg, **extra}))
-        assert perfmodel.load_model(str(p)).ffn_hidden_size == 4 * 4096
+    """GPT-2 writes n_inner: null for 4 * n_embd; a Llama config without intermediate_size would take
+    LlamaConfig's 11008 whatever its width in transformers, not 4h: an error, not a guess."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 1600, "n_head": 25, "n_layer": 48, "vocab_size": 50257,
+            "activation_function": "gelu_new"}
+    p = tmp_path / "config.json"
+    for extra in ({}, {"n_inner": None}):
+        p.write_text(json.dumps({**gpt2, **extra}))
+        assert perfmodel.load_model(str(p)).ffn_hidden_size == 4 * 1600
+    p.write_text(json.dumps({k: v for k, v in LLAMA3_8B_HF.items() if k != "intermediate_size"}))
+    err = _error(str(p))
+    assert err.field == "model.ffn_hidden_size" and "intermediate_size" in err.rule
+
+
+def test_encoder_decoder_configs_are_refused(tmp_path):
+    t5 = {"model_type": "t5", "is_encoder_decoder": True, "d_model": 768, "num_heads": 12, "num_layers": 12,
+          "num_decoder_layers": 12, "d_ff": 2048, "vocab_size": 32128, "feed_forward_proj": "gated-gelu"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(t5))
+    err = _error(str(p))
+    assert err.field == "model.is_encoder_decoder" and "encoder-decoder" in err.rule
 
 
 @pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
