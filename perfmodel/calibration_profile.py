@@ -66,7 +66,7 @@ class Calibration(BaseModel):
 
     def framework(self, name: str | None) -> FrameworkProfile:
         base = framework_profile(name)
-        key = (name or "generic").lower()
+        key = (name or "generic").strip().lower()
         key = key if key in PROFILES else "generic"
         over = self.frameworks.get(key, {})
         return base.model_copy(update=over) if over else base

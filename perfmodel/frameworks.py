@@ -175,7 +175,7 @@ PROFILES: dict[str, FrameworkProfile] = {
 
 
 def framework_profile(name: str | None) -> FrameworkProfile:
-    return PROFILES.get((name or "generic").lower(), PROFILES["generic"])
+    return PROFILES.get((name or "generic").strip().lower() or "generic", PROFILES["generic"])
 
 
 def uses_flash_attention(framework: str | None, gpu_name: str) -> bool:

@@ -129,7 +129,9 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     if "zeropp_on" in values:
         shown["zeropp_on"] = zpp
     n = int(values.get("gpus", cluster.n_gpus))
-    bw = float(values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node))
+    # a bandwidth neither swept nor stated is the (swept) GPU's default, as for the base cluster
+    bw = values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node if cluster.scale_out_stated else None)
+    bw = float(bw) if bw is not None else None
     try:
         c = ClusterSpec.build(gpu, n, min(cluster.gpus_per_node, n), bw, cluster.stated_latency_us,
                               network=cluster.network)

@@ -187,19 +187,20 @@ def run_calibration(
     # overrides what it fits and keeps every other fitted value
     cal = base if base is not None else load_calibration(None)
     gpus_over: dict[str, dict[str, float]] = {}
+    applied_from: list[str] = []  # the kinds of input something was fitted from and applied
+    refused: list[str] = []  # inputs whose fit was refused (on its bound) or found nothing to fit
     if parsed_nccl:
         try:
             from perfmodel.calibrate.fit_collectives import fit_from_tables
         except ImportError as exc:  # pragma: no cover - shipped together
             raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
         tables = [t for _, ts in parsed_nccl for t in ts]
-        # the fabric's congestion in the profile this fit is merged into (the shipped EFA one, say)
-        inherited = {k: v for k, v in cal.networks.get((network or "").strip().lower(), {}).items()
-                     if k in ("congestion_nodes", "congestion_max_nodes")}
+        # the fabric's entry in the profile this fit is merged into (the shipped EFA one, say)
+        inherited = dict(cal.networks.get((network or "").strip().lower(), {}))
         fitted, residuals = fit_from_tables(
             tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
             scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s(gpus_per_node),
-            network=network, inherited_congestion=inherited,
+            network=network, inherited=inherited,
         )
         unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
         if unfitted:
@@ -208,8 +209,13 @@ def run_calibration(
             if len(unfitted) == len(parsed_nccl) and not (parsed_traces or parsed_logs or parsed_gemm or parsed_runs):
                 raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
             print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
+        if len(unfitted) < len(parsed_nccl):
+            applied_from.append("nccl-tests")
+        refused += unfitted
         merged = cal.model_dump()
-        for key in ("constants", "gpus", "networks"):
+        # a named fabric gets the fit; the shared constants and per-GPU latencies, which serve every fabric
+        # without values of its own, change only when the cluster is not named (it is then the default)
+        for key in ("networks",) if (network or "").strip() else ("constants", "gpus", "networks"):
             for name, val in (fitted.get(key) or {}).items():
                 if isinstance(val, dict):
                     old = dict(merged[key].get(name, {}))
@@ -239,14 +245,17 @@ def run_calibration(
                       "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
                       "not applied", file=sys.stderr)
                 del effs[key]
+                refused.append(str(p))
         if not effs and not (parsed_nccl or parsed_traces or parsed_logs or parsed_runs or len(parsed_gemm) > 1):
             raise NothingUsable(f"gemm {p}: no matmul efficiency fit is within its bounds; nothing to apply, no "
                                 "profile written")
         gpus_over.setdefault(spec.name, {}).update(effs)
+        if effs:
+            applied_from.append("gemm")
         med = float(errs.abs_err_pct.median())  # over the fitted rows (the others are NaN)
         inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
                        "median_abs_err_pct": med, **effs})
-        shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items())
+        shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items()) or "nothing applied"
         skipped = int(errs.abs_err_pct.isna().sum())
         echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%"
              + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
@@ -316,6 +325,7 @@ def run_calibration(
         pairs_df = pd.read_csv(pairs) if pairs is not None else None
         fit = fit_runs(df, cal, pairs=pairs_df)
         cal = fit.calibration
+        applied_from.append("runs")
 
         per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
         start = 0
@@ -364,11 +374,17 @@ def run_calibration(
                       f"({row.kernel_efficiency:.3f}): kernel speed does not explain this log's time (check --gpu, "
                       "--gpus-per-node and the network), so it is not applied", file=sys.stderr)
         applied = table[table.applied].groupby("framework")["kernel_efficiency"].first()
+        if not applied.empty:
+            applied_from.append("logs")
+        refused += [str(r.path) for r in table.itertuples() if not r.applied]
         if applied.empty and not (parsed_nccl or parsed_gemm or parsed_runs):
             raise NothingUsable("logs: no kernel efficiency fit is within its bounds; nothing to apply, no profile "
                                 "written")
         cal = cal.model_copy(update={"provenance": {**cal.provenance, "logs_fit_params": {
             f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}}})
+    if refused and not applied_from:
+        # every fit was refused (on its bound, nothing usable): a profile would only restate the base one
+        raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see the warnings); no profile written")
     provenance = {
         **cal.provenance,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -121,7 +121,10 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
 
 def _predict(t: _Table, over: dict[str, float], base: Calibration) -> np.ndarray:
     net = network_key(t.m.network)
-    cal = base.model_copy(update={"networks": {**base.networks, net: over}})
+    # the fitted values over the base profile's own entry for this fabric (a refit of a known fabric
+    # keeps what its tables do not determine, e.g. a congestion fitted on more node counts): what is
+    # fitted is what the profile written by merging them reproduces
+    cal = base.model_copy(update={"networks": {**base.networks, net: {**base.networks.get(net, {}), **over}}})
     inputs = collective_inputs(t.spec, t.n, t.m.gpus_per_node, t.m.scale_out_gbit_per_s_per_node,
                                t.m.network, t.op, cal)
     return np.asarray(collective_time(t.op, t.size, t.n, inputs), dtype=float)
@@ -152,8 +155,11 @@ def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str
     without a low-latency protocol: the plain alpha-beta values that GPU-wide defaults are taken from)."""
     names0 = _free_params(tables, fixed, intra)
     multi = any(t.nodes > 1 for t in tables)
-    # an op's own fit (prefix) must not inherit the all_reduce protocol switch in its "without" variant
-    off = {"ll_bandwidth_ratio": 0.0} if prefix and base_over.get("ll_bandwidth_ratio", 0.0) > 0 else {}
+    # the "without" variant must not inherit a protocol switch: the all_reduce fit's (for an op's own
+    # fit) or the base profile's entry for this fabric (written explicitly off, so the merge keeps it off)
+    entry = base.networks.get(network_key(tables[0].m.network), {}) if tables else {}
+    inherited_ll = entry.get(f"{prefix}ll_bandwidth_ratio", entry.get("ll_bandwidth_ratio", 0.0)) > 0
+    off = {"ll_bandwidth_ratio": 0.0} if (prefix and base_over.get("ll_bandwidth_ratio", 0.0) > 0) or inherited_ll else {}
     by_ll: dict[bool, tuple[dict[str, float], float]] = {}
     for ll in ((False, True) if multi else (False,)):
         names = names0 + [k for k in LL_PARAMS if k not in fixed] if ll else names0
@@ -259,15 +265,16 @@ def fit_collectives(
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
                     network: str | None = None, paths=None, base: Calibration | None = None,
-                    inherited_congestion: dict[str, float] | None = None):
+                    inherited: dict[str, float] | None = None):
     """One system's tables (``perfmodel calibrate --nccl-tests``) -> (Calibration overrides,
     {path or "table i": median |error| in % over sizes >= 1 MiB}). Ranks per node are taken from
     each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``.
 
-    ``inherited_congestion``: the congestion the written profile keeps for this fabric
-    (``congestion_nodes``, ``congestion_max_nodes`` of the profile it is merged into). Unless the
-    tables span the three node counts that fit a congestion of their own, the fit holds it fixed,
-    so that the written profile reproduces the tables it was fitted on."""
+    ``inherited``: the fabric's entry in the profile the fit is merged into (the shipped EFA one, say).
+    The fit runs over it, so what it does not determine (a congestion, which takes three node counts;
+    how latency grows with nodes, two; another op's own values) stays the inherited value in the fit as
+    in the merged profile, which therefore reproduces the tables it reports on. A congestion the
+    tables do fit is fitted uncapped (the inherited cap described other measurements)."""
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
@@ -275,12 +282,14 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
         gpn = -(-int(t.n_ranks) // int(t.n_nodes)) if t.n_nodes and t.n_ranks else gpus_per_node
         ms.append(Measurement(t, gpu_name, gpn, scale_out_gbit_per_s_per_node * gpn / gpus_per_node,
                               network or "", str(p)))
-    fixed = None
-    if inherited_congestion:
+    base = base if base is not None else Calibration()
+    if inherited:
+        entry = dict(inherited)
         counts = {max(nodes_holding(t.n_ranks, m.gpus_per_node), 1) for t, m in zip(tables, ms) if t.n_ranks}
-        if len({c for c in counts if c > 1}) < 3:
-            fixed = {network_key(network or ""): dict(inherited_congestion)}
-    fit = fit_collectives(ms, base=base, fixed=fixed)
+        if len({c for c in counts if c > 1}) >= 3:
+            entry.pop("congestion_max_nodes", None)
+        base = base.model_copy(update={"networks": {**base.networks, network_key(network or ""): entry}})
+    fit = fit_collectives(ms, base=base)
     per_file = file_residuals(fit["residuals"]) if len(fit["residuals"]) else pd.DataFrame(columns=["path"])
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
     return over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()}

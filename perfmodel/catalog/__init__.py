@@ -138,7 +138,15 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     # (and its derivatives'): a gated config without one would take its class's default in transformers
     # (LlamaConfig: 11008 whatever the width), which is not 4h; a given one is used as is
     if model_type in GPT2_STYLE or (not gated and not model_type):
-        ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+        default_ffn = 4 * hidden
+        ratio = cfg.get("expansion_ratio") if model_type == "mpt" else None  # MPT: d_model * expansion_ratio
+        if ratio is not None:
+            if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 0 or \
+                    float(ratio * hidden) != int(ratio * hidden):
+                raise InputError("model.ffn_hidden_size", f"expansion_ratio must be a positive number giving a whole "
+                                 f"MLP width with d_model={hidden} (got {ratio!r})", where=where)
+            default_ffn = int(ratio * hidden)
+        ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=default_ffn)
     else:
         ffn = need("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim")
     tied = pick("tie_word_embeddings")

@@ -70,7 +70,7 @@ def whatif_command(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.cli import build_cluster, build_job, fail, framework_note
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.estimate import check_model_split, check_precision
     from perfmodel.specs import ParallelSpec
@@ -118,6 +118,9 @@ def whatif_command(
         table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
             typer.echo(table.to_string(index=False))
+        note = framework_note(framework)
+        if note:
+            typer.echo(note)
         # why a point is not costed (or how it was): one line per point with a reason
         for _, row in df[df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str) != ""].iterrows():
             point = ", ".join(f"{k}={row[k]}" for k in sweep)

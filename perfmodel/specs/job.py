@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 
@@ -18,6 +18,12 @@ class JobSpec(BaseModel):
         default="megatron-lm",
         description="Training stack; selects overlap/efficiency behaviour. Unknown names use a generic profile.",
     )
+
+    @field_validator("framework")
+    @classmethod
+    def _framework_name(cls, value: str) -> str:
+        """Surrounding blanks are not part of a stack's name ('megatron-lm ' is megatron-lm)."""
+        return value.strip()
 
     @property
     def precision_stated(self) -> bool:

@@ -86,3 +86,15 @@ def test_unknown_framework_is_noted_and_an_empty_one_refused():
     rec = runner.invoke(app, ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16",
                               "--global-batch", "64", "--framework", "megatron-ml", "--top", "2"])
     assert rec.exit_code == 0 and "note: framework 'megatron-ml' has no profile" in rec.output
+
+
+def test_framework_names_are_read_without_blanks_and_noted_everywhere(tmp_path):
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--tp", "2",
+            "--global-batch", "64", "--json"]
+    spaced = json.loads(runner.invoke(app, base + ["--framework", "megatron-lm "]).output)
+    plain = json.loads(runner.invoke(app, base + ["--framework", "megatron-lm"]).output)
+    assert spaced["iteration_time_s"] == plain["iteration_time_s"]  # not the generic profile's
+    what = runner.invoke(app, ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16",
+                               "--global-batch", "64", "--vary", "scale_out_gbit_per_s=400,800", "--framework",
+                               "megatronlm"])
+    assert what.exit_code == 0 and "note: framework 'megatronlm' has no profile" in what.output

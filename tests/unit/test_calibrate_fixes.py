@@ -145,3 +145,45 @@ def test_nccl_rank_count_without_rank_lines():
     assert ar.n_ranks is None  # 2159, 2160 and 2161 print the same busbw
     small = table("all_reduce", [row(2**30, 2**28, "sum", 200.0, 200.0 * 2 * 15 / 16)])
     assert (small.n_ranks, small.n_ranks_source) == (16, "bw_ratio")
+
+
+def test_refused_fits_together_write_no_profile(tmp_path, monkeypatch, capsys):
+    """Two GEMM files whose fits both end on their bound: nothing was fitted, so no profile (was exit 0
+    with a profile that only restated the shipped one)."""
+    paths = []
+    for name in ("a.csv", "b.csv"):
+        p = tmp_path / name
+        p.write_text("m,n,k,dtype,time_us\n4096,4096,4096,bf16,200000\n8192,8192,8192,bf16,1600000\n")
+        paths += ["--gemm", str(p)]
+    out = tmp_path / "p.yaml"
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", *paths, "--out", str(out))
+    assert code == 1 and err.splitlines()[-1].startswith("error: nothing was fitted") and "Traceback" not in err
+    assert "nothing applied" in stdout and not out.exists()
+
+
+POLARIS_AR8 = (DATA / "collectives" / "collectives" / "alcf_polaris_A100_slingshot"
+               / "nccl_2_21__n8.g4.2024-04-29-21-23-48__all_reduce_output.dat.5.txt")
+
+
+@pytest.mark.skipif(not POLARIS_AR8.is_file(), reason="shipped nccl-tests log missing")
+def test_a_refit_of_a_named_fabric_reproduces_what_it_reports_and_touches_no_other(tmp_path, monkeypatch, capsys):
+    """The fit runs over the fabric's shipped entry (its latency growth with nodes, other ops' own
+    values, which one node count cannot determine): the merged profile reproduces the error it
+    reports; the shared constants that serve other fabrics stay as they were."""
+    from perfmodel.calibration_profile import load_calibration
+
+    out = tmp_path / "s.yaml"
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "4",
+                                "--scale-out-gbit-per-s", "400", "--network", "slingshot", "--nccl-tests", str(POLARIS_AR8),
+                                "--out", str(out))
+    assert code == 0, err
+    reported = float(re.search(r"median \|error\| over sizes >= 1 MiB = ([0-9.]+)%", stdout).group(1))
+    table = parse_nccl_tests(POLARIS_AR8)
+    rows = table.rows[table.rows.size_bytes >= 2**20]
+    errs = [_comm_s(monkeypatch, capsys, "all_reduce", int(r.size_bytes), table.n_ranks, 4, "a100-sxm4-40gb", 400,
+                    "slingshot", out) / (r.oop_time_us * 1e-6) - 1.0 for r in rows.itertuples()]
+    assert abs(100 * np.median(np.abs(errs)) - reported) < 0.1
+    written, shipped = yaml.safe_load(out.read_text()), load_calibration(None)
+    assert written["constants"]["nic_efficiency"] == shipped.constants["nic_efficiency"]
+    assert written["networks"]["slingshot"]["all_to_all.congestion_nodes"] == \
+        shipped.networks["slingshot"]["all_to_all.congestion_nodes"]

@@ -229,3 +229,14 @@ def test_squared_relu_is_read(tmp_path):
                              "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
                              "vocab_size": 256000, "hidden_act": "relu2"}))
     assert perfmodel.load_model(str(p)).mlp == "relu2"
+
+
+def test_mpt_expansion_ratio_sets_the_mlp_width(tmp_path):
+    p = tmp_path / "config.json"
+    mpt = {"model_type": "mpt", "d_model": 1024, "n_heads": 16, "n_layers": 24, "vocab_size": 50432}
+    p.write_text(json.dumps({**mpt, "expansion_ratio": 8}))
+    assert perfmodel.load_model(str(p)).ffn_hidden_size == 8192
+    p.write_text(json.dumps(mpt))
+    assert perfmodel.load_model(str(p)).ffn_hidden_size == 4096
+    p.write_text(json.dumps({**mpt, "expansion_ratio": "8"}))
+    assert _error(str(p)).field == "model.ffn_hidden_size"

@@ -172,3 +172,19 @@ def test_a_job_without_a_precision_trains_in_the_gpu_s_default_through_the_api()
         pm.estimate(model, v100, par, pm.JobSpec(global_batch=64, seq_len=2048, precision="bf16"))
     df = pm.whatif(model, v100, left_out, {"gpu": ["v100-sxm3-32gb", "a100-sxm4-80gb"]})
     assert list(df["precision"]) == ["fp16", "bf16"] and (df["status"] == "ok").all()
+
+
+def test_a_gpu_swap_takes_the_new_gpus_nic_default_unless_the_bandwidth_was_stated():
+    """H100 nodes default to 8 x 400 Gbit/s, A100 (DGX A100) to 8 x 200: a what-if onto A100s of a cluster
+    whose bandwidth was left to the default gets the A100's, one whose bandwidth was stated keeps it."""
+    import perfmodel as pm
+
+    job = pm.JobSpec(global_batch=64, seq_len=4096)
+    model = pm.load_model("llama3-8b")
+    default = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8), job,
+                        {"gpu": ["a100-sxm4-80gb"]})
+    own = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8), job, {"gpu": ["a100-sxm4-80gb"]})
+    stated = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8, 3200.0), job,
+                       {"gpu": ["a100-sxm4-80gb"]})
+    assert default.tokens_per_s_per_gpu.iloc[0] == own.tokens_per_s_per_gpu.iloc[0]
+    assert stated.tokens_per_s_per_gpu.iloc[0] > default.tokens_per_s_per_gpu.iloc[0]
