@@ -247,6 +247,15 @@ def build_inputs(
     return inputs
 
 
+def step_outputs(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelSpec, job: JobSpec,
+                 calibration: Calibration | None = None, **overrides: float) -> dict[str, float]:
+    """Every output of the step model for one configuration, with some STEP_INPUTS replaced
+    (``overrides``, e.g. ``misaligned_bmm_efficiency=0.5``): a sensitivity of one input, nothing checked."""
+    inputs = {**build_inputs(model, cluster, parallel, job, calibration), **overrides}
+    out = step_costs({k: np.atleast_1d(np.asarray(v, dtype=float)) for k, v in inputs.items()})
+    return {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+
+
 def estimate(
     model: ModelSpec,
     cluster: ClusterSpec,

@@ -51,7 +51,8 @@ ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megat
 #: take (not a multiple of 8, or above 256) leaves them UnfusedDotProductAttention, which has no context
 #: parallelism (TE dot_product_attention/utils.py: "Disabling UnfusedDotProductAttention as it does not
 #: support context parallelism"): no attention backend is left
-TE_ATTENTION = frozenset(name for name, p in PROFILES.items() if p.flash_attention and not p.flash_pads_misaligned_heads)
+TE_ATTENTION = frozenset(name for name, p in PROFILES.items()
+                         if p.flash_attention and not p.flash_pads_misaligned_heads)
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -166,8 +167,9 @@ SP_STACK = Rule(23, "sp", "must be on with tp > 1 in this framework (its TP plan
                 lambda x: (x["sp"] == 0) & (x["tp"] > 1) & _framework_in(x, SP_ALWAYS), ("sp", "tp", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 TE_CP_HEAD_DIM = Rule(
-    24, "cp", f"with Transformer Engine attention needs a head dimension that is a multiple of {HEAD_DIM_ALIGN:.0f} and at "
-    f"most {FLASH_MAX_HEAD_DIM:.0f} (else only its unfused attention is left, which has no context parallelism)",
+    24, "cp", f"with Transformer Engine attention needs a head dimension that is a multiple of "
+    f"{HEAD_DIM_ALIGN:.0f} and at most {FLASH_MAX_HEAD_DIM:.0f} (else only its unfused attention is left, "
+    "which has no context parallelism)",
     lambda x: (x["cp"] > 1) & _framework_in(x, TE_ATTENTION) & (
         (np.mod(x["head_dim"], HEAD_DIM_ALIGN) != 0) | (x["head_dim"] > FLASH_MAX_HEAD_DIM)),
     ("cp", "head_dim", "framework"))

@@ -159,7 +159,8 @@ def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str
     # fit) or the base profile's entry for this fabric (written explicitly off, so the merge keeps it off)
     entry = base.networks.get(network_key(tables[0].m.network), {}) if tables else {}
     inherited_ll = entry.get(f"{prefix}ll_bandwidth_ratio", entry.get("ll_bandwidth_ratio", 0.0)) > 0
-    off = {"ll_bandwidth_ratio": 0.0} if (prefix and base_over.get("ll_bandwidth_ratio", 0.0) > 0) or inherited_ll else {}
+    switch_on = (prefix and base_over.get("ll_bandwidth_ratio", 0.0) > 0) or inherited_ll
+    off = {"ll_bandwidth_ratio": 0.0} if switch_on else {}
     by_ll: dict[bool, tuple[dict[str, float], float]] = {}
     for ll in ((False, True) if multi else (False,)):
         names = names0 + [k for k in LL_PARAMS if k not in fixed] if ll else names0

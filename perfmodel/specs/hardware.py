@@ -207,8 +207,8 @@ class ClusterSpec(BaseModel):
         "calibrated profile's value for the GPU or fabric replaces it (estimate.build_inputs)."
     )
     scale_out_stated: bool = Field(
-        default=True, description="The NIC bandwidth was given for this cluster; False where ClusterSpec.build took the "
-        "GPU profile's default (a what-if that swaps the GPU then takes the new GPU's default)."
+        default=True, description="The NIC bandwidth was given for this cluster; False where ClusterSpec.build "
+        "took the GPU profile's default (a what-if that swaps the GPU then takes the new GPU's default)."
     )
     network: str | None = Field(
         default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."

@@ -45,7 +45,8 @@ def _comm_s(monkeypatch, capsys, op, size, gpus, gpn, gpu, bw, network, profile=
 def test_a_one_rank_table_is_nothing_to_fit_not_a_crash(tmp_path, monkeypatch, capsys):
     """all_reduce_perf -g 1: busbw 0, nothing of a fabric in it (was a scipy traceback)."""
     one = tmp_path / "one_rank.txt"
-    one.write_text("# nccl-tests all_reduce_perf\n#  Rank  0 Group  0 Pid 1 on host0 device  0 [0x1b] NVIDIA H100 80GB HBM3\n"
+    one.write_text("# nccl-tests all_reduce_perf\n"
+                   "#  Rank  0 Group  0 Pid 1 on host0 device  0 [0x1b] NVIDIA H100 80GB HBM3\n"
                    + HEADER + "     1048576        262144     float     sum      -1     8.10  129.45    0.00      0"
                    "     7.90  132.73    0.00      0\n")
     out = tmp_path / "p.yaml"
@@ -174,8 +175,8 @@ def test_a_refit_of_a_named_fabric_reproduces_what_it_reports_and_touches_no_oth
 
     out = tmp_path / "s.yaml"
     code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "4",
-                                "--scale-out-gbit-per-s", "400", "--network", "slingshot", "--nccl-tests", str(POLARIS_AR8),
-                                "--out", str(out))
+                                "--scale-out-gbit-per-s", "400", "--network", "slingshot",
+                                "--nccl-tests", str(POLARIS_AR8), "--out", str(out))
     assert code == 0, err
     reported = float(re.search(r"median \|error\| over sizes >= 1 MiB = ([0-9.]+)%", stdout).group(1))
     table = parse_nccl_tests(POLARIS_AR8)

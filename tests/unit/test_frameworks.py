@@ -7,7 +7,7 @@ import pytest
 import perfmodel
 from perfmodel.calibration_profile import Calibration
 from perfmodel.constants import DEFAULT_CONSTANTS
-from perfmodel.estimate import build_inputs
+from perfmodel.estimate import build_inputs, step_outputs
 from perfmodel.frameworks import framework_profile
 from perfmodel.step import step_costs
 
@@ -17,9 +17,7 @@ def _compute_s(framework: str, **override) -> float:
     cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("a100-sxm4-80gb"), 8, 8)
     par = perfmodel.ParallelSpec(tp=1, pp=1, dp=8, micro_batch=4, recompute="none")
     job = perfmodel.JobSpec(global_batch=32, seq_len=2048, precision="bf16", framework=framework)
-    x = build_inputs(model, cluster, par, job, Calibration())
-    x.update(override)
-    return float(step_costs({k: np.asarray([v]) for k, v in x.items()})["compute_s"][0])
+    return step_outputs(model, cluster, par, job, Calibration(), **override)["compute_s"]
 
 
 def test_flash_attn_stack_fuses_its_element_wise_work():

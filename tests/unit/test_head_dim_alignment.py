@@ -7,16 +7,14 @@ turns its flash and fused backends off for such heads (and above 256) and runs u
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import perfmodel
 from perfmodel.calibration_profile import Calibration
 from perfmodel.costs.compute import ATTN_HEAD_DIM_HALF
-from perfmodel.estimate import build_inputs
+from perfmodel.estimate import step_outputs
 from perfmodel.frameworks import framework_profile
 from perfmodel.specs import ModelSpec
-from perfmodel.step import step_costs
 
 
 def _compute_s(n_heads: int, framework: str, hidden: int = 3456, **override) -> float:
@@ -25,9 +23,7 @@ def _compute_s(n_heads: int, framework: str, hidden: int = 3456, **override) -> 
     cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("a100-sxm4-80gb"), 8, 8)
     par = perfmodel.ParallelSpec(tp=1, pp=1, dp=8, micro_batch=2, recompute="none")
     job = perfmodel.JobSpec(global_batch=16, seq_len=4096, precision="bf16", framework=framework)
-    x = build_inputs(model, cluster, par, job, Calibration())
-    x.update(override)
-    return float(step_costs({k: np.asarray([v]) for k, v in x.items()})["compute_s"][0])
+    return step_outputs(model, cluster, par, job, Calibration(), **override)["compute_s"]
 
 
 def test_plain_attention_with_a_misaligned_head_dim_runs_at_the_misaligned_rate():
