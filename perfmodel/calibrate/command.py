@@ -246,9 +246,6 @@ def run_calibration(
                       "not applied", file=sys.stderr)
                 del effs[key]
                 refused.append(str(p))
-        if not effs and not (parsed_nccl or parsed_traces or parsed_logs or parsed_runs or len(parsed_gemm) > 1):
-            raise NothingUsable(f"gemm {p}: no matmul efficiency fit is within its bounds; nothing to apply, no "
-                                "profile written")
         gpus_over.setdefault(spec.name, {}).update(effs)
         if effs:
             applied_from.append("gemm")

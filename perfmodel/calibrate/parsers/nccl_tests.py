@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Literal
 
@@ -153,34 +154,37 @@ def _op_from_text(text: str, pattern: re.Pattern = _OP_TEXT_RE) -> Collective | 
     return _OP_ALIASES[m.group(1).lower().replace("_", "")] if m else None
 
 
-def _op_from_rows(rows: pd.DataFrame, n_ranks: int | None) -> Collective | None:
-    """all_reduce / reduce_scatter / broadcast / reduce from size vs count; all_gather and
-    all_to_all look the same in the numbers, so those stay None."""
+def _size_over_count(rows: pd.DataFrame) -> Fraction | None:
+    """size / (count x type size) of the last row, exactly: 1 where ``count`` is the whole buffer,
+    the rank count where it is one rank's share (all_gather, reduce_scatter, alltoall); None when the
+    type or count is unknown."""
     row = rows.iloc[-1]
     typesize = _DTYPE_BYTES.get(str(row["dtype"]).lower())
     if typesize is None or not row["count"]:
         return None
-    per_rank = row["size_bytes"] == row["count"] * typesize
+    return Fraction(int(row["size_bytes"]), int(row["count"]) * typesize)
+
+
+def _op_from_rows(rows: pd.DataFrame, n_ranks: int | None) -> Collective | None:
+    """all_reduce / reduce_scatter / broadcast / reduce from size vs count; all_gather and
+    all_to_all look the same in the numbers, so those stay None."""
+    ratio = _size_over_count(rows)
+    if ratio is None:
+        return None
+    row = rows.iloc[-1]
     has_root = row["root"] >= 0
     if row["redop"] in ("none", "N/A"):
-        return "broadcast" if has_root and per_rank else None
-    if per_rank:
+        return "broadcast" if has_root and ratio == 1 else None
+    if ratio == 1:
         return "reduce" if has_root else "all_reduce"
-    total = n_ranks and row["size_bytes"] == row["count"] * typesize * n_ranks
-    return "reduce_scatter" if total else None
+    return "reduce_scatter" if n_ranks and ratio == n_ranks else None
 
 
 def _n_ranks_from_sizes(op: str | None, rows: pd.DataFrame) -> int | None:
     """all_gather, reduce_scatter and alltoall print ``count`` per rank and ``size`` over all ranks:
     size / (count x type size) is the rank count exactly."""
-    if op not in ("all_gather", "reduce_scatter", "all_to_all"):
-        return None
-    row = rows.iloc[-1]
-    typesize = _DTYPE_BYTES.get(str(row["dtype"]).lower())
-    if typesize is None or not row["count"]:
-        return None
-    n, rest = divmod(int(row["size_bytes"]), int(row["count"]) * typesize)
-    return n if n >= 2 and rest == 0 else None
+    ratio = _size_over_count(rows) if op in ("all_gather", "reduce_scatter", "all_to_all") else None
+    return int(ratio) if ratio is not None and ratio.denominator == 1 and ratio >= 2 else None
 
 
 def _n_ranks_from_bw(op: str | None, rows: pd.DataFrame) -> int | None:
