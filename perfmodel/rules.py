@@ -114,6 +114,22 @@ def _per_stage_ok(x: Arrays, vpp) -> np.ndarray:
     return (-(-L // pp) % vpp == 0) | ((L + 2) // pp % vpp == 0)
 
 
+def _ulysses_heads_broken(x: Arrays):
+    on = (x["cp_ulysses"] == 1) & (x["cp"] > 1)
+
+    def broken(a, kv, tp, cp):
+        return ((a // tp) % cp != 0) | (np.maximum(kv // tp, 1) % cp != 0)
+
+    if np.ndim(on) == 0:
+        return on & broken(x["n_heads"], x["n_kv_heads"], x["tp"], x["cp"])
+    # the integer divisions only where Ulysses runs (keeps the search fast)
+    idx = np.flatnonzero(on)
+    at = [np.broadcast_to(x[k], on.shape).ravel()[idx] for k in ("n_heads", "n_kv_heads", "tp", "cp")]
+    out = np.zeros(on.shape, dtype=bool)
+    out.ravel()[idx] = broken(*at)
+    return out
+
+
 GPUS = Rule(1, "dp", "tp*pp*dp*cp must equal gpus",
             lambda x: x["tp"] * x["pp"] * x["dp"] * x["cp"] != x["n_gpus"], ("tp*pp*dp*cp", "gpus"))
 TP_HEADS = Rule(2, "tp", "must divide n_heads", lambda x: x["n_heads"] % x["tp"] != 0, ("tp", "n_heads"))
@@ -145,8 +161,7 @@ ZERO_DP = Rule(14, "zero_stage", "ZeRO sharding needs dp x cp > 1 (identical to 
 ULYSSES_HEADS = Rule(
     15, "cp", "with cp_kind ulysses must divide the query and the key/value heads per TP rank (the all-to-all "
     "splits heads; Transformer Engine asserts 'number of attention heads needs to be divisible by CP size')",
-    lambda x: (x["cp_ulysses"] == 1) & (x["cp"] > 1) & (
-        ((x["n_heads"] // x["tp"]) % x["cp"] != 0) | (np.maximum(x["n_kv_heads"] // x["tp"], 1) % x["cp"] != 0)),
+    lambda x: _ulysses_heads_broken(x),
     ("cp", "n_heads/tp", "n_kv_heads/tp"))
 OFFLOAD_PP = Rule(16, "offload_fraction", "activation offloading needs pp >= 3 (Megatron-Kwai)",
                   lambda x: (x["offload_fraction"] > 0) & (x["pp"] < 3), ("offload_fraction", "pp"))

@@ -30,7 +30,7 @@ from perfmodel.costs.memory import (
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
-    activation_bytes_per_layer,
+    layer_activation_bytes,
     in_flight_layers,
     offloaded_layers,
     model_state_bytes,
@@ -86,7 +86,10 @@ class _Subset:
         self.idx = np.flatnonzero(np.broadcast_to(mask, self.shape))
 
     def take(self, x) -> np.ndarray:
-        return np.broadcast_to(np.asarray(x, dtype=float), self.shape).reshape(-1)[self.idx]
+        x = np.asarray(x, dtype=float)
+        if x.size == 1:  # a scalar input (a search's model and hardware) broadcasts as it is
+            return x.reshape(())
+        return np.broadcast_to(x, self.shape).reshape(-1)[self.idx]
 
     def put(self, base, vals) -> np.ndarray:
         out = np.broadcast_to(np.asarray(base, dtype=float), self.shape).astype(float).reshape(-1)
@@ -120,8 +123,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     placements: dict = {}  # one placement per process group (its arrays kept alive, so ids stay unique)
     # power-of-two parallel sizes and NVLink domains: every group's block lines up with the domains
     # (hpz is 0 when off: a size of 1 there)
-    lined_up = all(bool(np.all(np.exp2(np.round(np.log2(w))) == w))
-                   for w in (np.maximum(v, 1.0) for v in (tp, pp, dp, cp, f64["nvlink_domain_gpus"], f64["hpz"])))
+    # (frexp's mantissa is exactly 0.5 for a power of two)
+    lined_up = all(bool(np.all(np.frexp(np.maximum(w, 1.0))[0] == 0.5))
+                   for w in (tp, pp, dp, cp, f64["nvlink_domain_gpus"], f64["hpz"]))
 
     def coll(op, size, n, stride, nic_scale=1.0, net=f64):
         """Two-tier collective on the cluster described by ``net`` (f64, or a subset of it)."""
@@ -275,7 +279,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # overlaps the forward / backward compute of the stage
     # Transformer Engine keeps the fp8 copies of the linear inputs in fp8/fp4 runs
     quantized_inputs = (peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0)
-    act_layer = activation_bytes_per_layer(
+    act_layer, act_working = layer_activation_bytes(
         s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
         quantized_inputs=quantized_inputs, selective_alternate_mm=f64["selective_alternate_mm"],
     )
@@ -417,13 +421,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # (ZeRO++ paper, hpZ; DeepSpeed _partition_param_sec), rebuilt after every optimizer step
     hpz_secondary = np.where(hpz > 0, hpz_secondary_bytes(params_gpu, hpz_group), 0.0)
     weights = weights + hpz_secondary
-    # full recompute re-materialises one layer's activations during its backward
-    act_working = np.where(
-        rc == RECOMPUTE_FULL,
-        activation_bytes_per_layer(s_loc, b, h, ffn, a, kv, mm, tp, sp, 0.0, flash, f64["dropout"], seq_len_kv=s,
-                                   quantized_inputs=quantized_inputs),
-        0.0,
-    )
+    # full recompute re-materialises one layer's activations during its backward (act_working, above)
     offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])
     first_stage = act_layer * in_flight_layers(np.maximum(L, mem_layers * pp), pp, v, n_micro) + act_working - offloaded
     logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss

@@ -188,9 +188,8 @@ def collective_time_s(
         inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu) * crosses
     # fabric congestion: a collective spanning N domains gets bw / (1 + N / congestion_nodes) of its NICs
     inter = inter * congestion_factor(n_domains, congestion_nodes, congestion_max_nodes)
-    latency = np.where(
-        crosses, inter_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)), intra_latency_s
-    )
+    depth = 1.0 + latency_log2_coeff * np.log2(n_domains)
+    latency = np.where(crosses, inter_latency_s * depth, intra_latency_s)
     # the fitted per-ring-step latency is the fabric's (nccl-tests across nodes): not NVLink's
     ring_steps = (2.0 if op == "all_reduce" else 1.0) * (n - 1.0) * crosses
     latency = latency + ring_steps * ring_step_latency_s
@@ -198,9 +197,9 @@ def collective_time_s(
     t = bw_time + latency
     # NCCL's low-latency protocol (LL / LL128) across domains: a lower latency for a fraction of the
     # bandwidth; its tuner runs each size with the faster protocol (src/graph/tuning.cc)
-    ll_latency = ll_latency_s * (1.0 + latency_log2_coeff * np.log2(n_domains)) + ring_steps * ring_step_latency_s
-    t_ll = bw_time / ratio + ll_latency
-    t = np.where(ll_on, np.minimum(t, t_ll), t)
+    if np.any(ll_on):  # (skipped on a fabric without the switch: keeps the search fast)
+        t_ll = bw_time / ratio + ll_latency_s * depth + ring_steps * ring_step_latency_s
+        t = np.where(ll_on, np.minimum(t, t_ll), t)
     return np.where(n > 1, t, 0.0)
 
 

@@ -35,7 +35,13 @@ import numpy as np
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_BALANCED = 0, 1, 2, 3
 
 
-def activation_bytes_per_layer(
+def activation_bytes_per_layer(*args, **kwargs):
+    """Bytes of activations one layer keeps for backward, for one micro-batch on one GPU (the first
+    of ``layer_activation_bytes``)."""
+    return layer_activation_bytes(*args, **kwargs)[0]
+
+
+def layer_activation_bytes(
     seq_len,
     micro_batch,
     hidden_size,
@@ -52,7 +58,9 @@ def activation_bytes_per_layer(
     quantized_inputs=0.0,
     selective_alternate_mm=0.0,
 ):
-    """Bytes of activations one layer keeps for backward, for one micro-batch on one GPU.
+    """(kept, working): the bytes of activations one layer keeps for backward, for one micro-batch on
+    one GPU, and, under full recompute, the whole layer's activations its backward re-materialises
+    (0 under the other modes).
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
     attention scores of non-flash attention; ``quantized_inputs`` (0/1): linear-layer inputs are
@@ -83,9 +91,12 @@ def activation_bytes_per_layer(
     split = split - np.where(q, sbh + np.where(balanced, 0.0, s * micro_batch * ffn_hidden_size), 0.0)
     full = unsplit + (split + scores) / tp
     alt = np.asarray(selective_alternate_mm, dtype=float) > 0
-    full = np.where(alt & (recompute == RECOMPUTE_SELECTIVE), selective_alternate_mm_bytes(
-        s, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices, tp, sp), full)
-    return np.where(recompute == RECOMPUTE_FULL, 2.0 * sbh / sp_div, full)
+    if np.any(alt):  # (skipped when no stack in the batch uses it: keeps the search fast)
+        full = np.where(alt & (recompute == RECOMPUTE_SELECTIVE), selective_alternate_mm_bytes(
+            s, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices, tp, sp), full)
+    is_full = recompute == RECOMPUTE_FULL
+    # under full recompute ``full`` is the no-recompute layer (neither selective nor balanced applies)
+    return np.where(is_full, 2.0 * sbh / sp_div, full), np.where(is_full, full, 0.0)
 
 
 def selective_alternate_mm_bytes(seq_len, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads,
