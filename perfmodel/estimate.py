@@ -138,7 +138,8 @@ def cluster_arrays(
 
 
 def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "bf16") -> dict[str, float]:
-    """The stack's STEP_INPUTS; ``precision`` picks the gradient width (``fp16_grads_in_param_dtype``)."""
+    """The stack's STEP_INPUTS; ``precision`` picks the gradient width (``fp16_grads_in_param_dtype``) and
+    the bf16 optimizer's gradient all-reduce (``bf16_zero1_all_reduce_grads``)."""
     fp16_grads = precision == "fp16" and profile.fp16_grads_in_param_dtype
     return {
         "flash_attention": float(flash),
@@ -146,7 +147,8 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
         "tp_overlap": profile.tp_overlap,
         "dp_overlap": profile.dp_overlap,
         "param_gather_overlap": profile.param_gather_overlap,
-        "zero1_all_reduce_grads": float(profile.zero1_all_reduce_grads),
+        "zero1_all_reduce_grads": float(profile.zero1_all_reduce_grads or (
+            precision == "bf16" and profile.bf16_zero1_all_reduce_grads)),
         "fp8_saves_quantized_inputs": float(profile.fp8_saves_quantized_inputs),
         "pp_overlap": profile.pp_overlap,
         "layer_overhead_s": profile.layer_overhead_s,

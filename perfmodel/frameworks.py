@@ -68,6 +68,13 @@ class FrameworkProfile(BaseModel):
         False, description="ZeRO-1 keeps the full gradient all-reduce (overlapped like plain DP) and then "
         "all-gathers the updated parameters after the optimizer step, instead of a reduce-scatter."
     )
+    bf16_zero1_all_reduce_grads: bool = Field(
+        False, description="In bf16 runs with ZeRO-0/1, gradients are reduced as zero1_all_reduce_grads says: "
+        "DeepSpeed's BF16_Optimizer accumulates fp32 gradients and its pipeline engine all-reduces them whole "
+        "(runtime/pipe/engine.py _exec_reduce_grads -> _bf16_reduce_grads -> buffered_allreduce_fallback on "
+        "optimizer.get_grads_for_reduction()), then the optimizer all-gathers the updated 16-bit parameters "
+        "(bf16_optimizer.py all_gather_dp_groups)."
+    )
     zero3_keep_params_with_pp: bool = Field(
         False, description="ZeRO-3 with pipeline parallelism keeps the gathered parameters and the unsharded "
         "gradients for the whole step: one all-gather and one reduce-scatter per step, not per micro-batch "
@@ -137,8 +144,12 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megascale": FrameworkProfile(**_MEGATRON_TE),
     "megatron-kwai": FrameworkProfile(**_MEGATRON_TE),
     "megatron-deepspeed": FrameworkProfile(
-        flash_attention=False, tp_overlap=0.0, dp_overlap=0.3, fp16_grads_in_param_dtype=True,
-        source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-1 grad reduce after backward",
+        flash_attention=False, tp_overlap=0.0, dp_overlap=0.0, fp16_grads_in_param_dtype=True,
+        bf16_zero1_all_reduce_grads=True,
+        source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-0/1 gradients reduced after "
+        "the last backward, not overlapped (DeepSpeed's pipeline schedule ends with ReduceGrads and OptimizerStep, "
+        "runtime/pipe/schedule.py TrainSchedule; without pipelining DeepSpeedEngine.backward all-reduces at the "
+        "accumulation boundary); bf16 through BF16_Optimizer: fp32 gradient all-reduce, then the parameter all-gather",
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
@@ -148,7 +159,9 @@ PROFILES: dict[str, FrameworkProfile] = {
         "(benchmarks/zeropp_whatif.py --fit)",
     ),
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
-    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, fp16_grads_in_param_dtype=True, source="GPT-NeoX (Megatron-DeepSpeed based)"),
+    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, fp16_grads_in_param_dtype=True,
+                                 bf16_zero1_all_reduce_grads=True,
+                                 source="GPT-NeoX (Megatron-DeepSpeed based; DeepSpeed's pipeline engine and BF16_Optimizer)"),
     "nanotron": FrameworkProfile(
         dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True,
         source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "

@@ -65,3 +65,31 @@ def test_stacks_with_fp32_gradient_reduction_keep_it_in_fp16():
         assert not framework_profile(fw).fp16_grads_in_param_dtype
         assert _step(fw, "fp16")["gradients_gib"] == pytest.approx(_step(fw, "bf16")["gradients_gib"])
     assert framework_profile("deepspeed").grad_bytes_per_param == 2.0
+
+
+
+def _zero1_args(framework: str, precision: str):
+    model = perfmodel.load_model("gpt3-1.3b")
+    # a slow network: the reduction outlasts what gpt-neox's overlap hides
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("a100-sxm4-80gb"), 32, 8, 10.0)
+    par = perfmodel.ParallelSpec(tp=1, pp=4, dp=8, micro_batch=4, zero_stage=1, recompute="full")
+    job = perfmodel.JobSpec(global_batch=128, seq_len=2048, precision=precision, framework=framework)
+    return model, cluster, par, job
+
+
+@pytest.mark.parametrize("framework", ["megatron-deepspeed", "gpt-neox"])
+def test_deepspeed_bf16_optimizer_all_reduces_fp32_gradients(framework):
+    """DeepSpeed's BF16_Optimizer (pipeline engine _bf16_reduce_grads -> buffered_allreduce_fallback on
+    the fp32 gradients, then all_gather_dp_groups of the 16-bit parameters): with ZeRO-1 a bf16 run costs
+    the whole all-reduce plus the gather, not ZeRO-1's reduce-scatter; fp16 runs keep the reduce-scatter."""
+    from perfmodel.estimate import framework_arrays
+
+    prof = framework_profile(framework)
+    assert prof.bf16_zero1_all_reduce_grads and not prof.zero1_all_reduce_grads
+    assert framework_arrays(prof, False, "bf16")["zero1_all_reduce_grads"] == 1.0
+    assert framework_arrays(prof, False, "fp16")["zero1_all_reduce_grads"] == 0.0
+    bf16 = step_outputs(*_zero1_args(framework, "bf16"), Calibration())
+    rs = step_outputs(*_zero1_args(framework, "bf16"), Calibration(), zero1_all_reduce_grads=0.0)
+    # an all-reduce moves twice a reduce-scatter's bytes: the exposed reduction grows, nothing else
+    assert bf16["dp_comm_s"] > rs["dp_comm_s"] > 0.0
+    assert bf16["iteration_time_s"] - rs["iteration_time_s"] == pytest.approx(bf16["dp_comm_s"] - rs["dp_comm_s"])
