@@ -70,9 +70,9 @@ def test_stacks_with_fp32_gradient_reduction_keep_it_in_fp16():
 
 def _zero1_args(framework: str, precision: str):
     model = perfmodel.load_model("gpt3-1.3b")
-    # a slow network: the reduction outlasts what gpt-neox's overlap hides
+    # data parallelism across 4 nodes of a slow network: the reduction outlasts what gpt-neox's overlap hides
     cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("a100-sxm4-80gb"), 32, 8, 10.0)
-    par = perfmodel.ParallelSpec(tp=1, pp=4, dp=8, micro_batch=4, zero_stage=1, recompute="full")
+    par = perfmodel.ParallelSpec(tp=1, pp=1, dp=32, micro_batch=4, zero_stage=1, recompute="full")
     job = perfmodel.JobSpec(global_batch=128, seq_len=2048, precision=precision, framework=framework)
     return model, cluster, par, job
 
