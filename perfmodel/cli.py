@@ -53,7 +53,8 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
         raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
     spec = load_gpu(gpu)
     gpn = gpus_per_node or min(spec.default_gpus_per_node, gpus)
-    return ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
+    cluster = ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
+    return cluster.model_copy(update={"gpus_per_node_stated": gpus_per_node is not None})
 
 
 def build_job(global_batch, seq_len, precision, framework, gpu=None):
@@ -133,16 +134,20 @@ def estimate(
 
             ds = load_deepspeed_config(deepspeed_config)
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
-            micro_batch = ds.micro_batch or micro_batch
             precision = ds.precision or precision
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
-            implied = ds.global_batch(dp_ds)
-            if implied is not None and implied != global_batch:
-                raise InputError(
-                    "deepspeed_config.gradient_accumulation_steps",
-                    f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
-                )
-            check_hpz_partition(hpz_size, gpus, dp_ds * cp)
+            resolved = ds.batch(dp_ds)
+            if resolved is not None:
+                implied, micro_batch, _ = resolved
+                if implied != global_batch:
+                    key = "train_batch_size" if ds.train_batch_size is not None else (
+                        "gradient_accumulation_steps" if ds.gradient_accumulation_steps is not None
+                        else "train_micro_batch_size_per_gpu")
+                    raise InputError(
+                        f"deepspeed_config.{key}",
+                        f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
+                    )
+            check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)

@@ -54,18 +54,40 @@ class DeepSpeedSettings:
     train_batch_size: int | None
     precision: str | None
 
+    def batch(self, dp: int) -> tuple[int, int, int] | None:
+        """(train_batch_size, micro-batch, accumulation steps) as DeepSpeed completes them from the keys
+        given over ``dp`` data-parallel ranks (runtime/config.py ``_set_batch_related_parameters``: a missing
+        one from the other two, integer division; accumulation 1 when only one is given), checked as its
+        ``_batch_assertion`` does. None when the file gives no batch key."""
+        tb, mb, ga = self.train_batch_size, self.micro_batch, self.gradient_accumulation_steps
+        if tb is None and mb is None and ga is None:
+            return None
+        if tb is None and mb is None:
+            raise InputError(f"{PREFIX}.gradient_accumulation_steps",
+                             "needs train_batch_size or train_micro_batch_size_per_gpu beside it (DeepSpeed: "
+                             "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided')")
+        if tb is not None and mb is not None and ga is None:
+            ga = tb // mb // dp
+        elif tb is not None and ga is not None and mb is None:
+            mb = tb // dp // ga
+        elif tb is None:
+            ga = ga or 1
+            tb = mb * ga * dp
+        elif mb is None:  # train_batch_size alone
+            ga, mb = 1, tb // dp
+        if mb <= 0 or ga <= 0 or tb != mb * ga * dp:
+            key = "train_batch_size" if self.train_batch_size is not None else "gradient_accumulation_steps"
+            raise InputError(
+                f"{PREFIX}.{key}",
+                f"must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp "
+                f"({tb} != {mb}*{ga}*{dp})",
+            )
+        return tb, mb, ga
+
     def global_batch(self, dp: int) -> int | None:
-        """train_batch_size = micro x accumulation x dp (DeepSpeed runtime/config.py)."""
-        if self.micro_batch is not None and self.gradient_accumulation_steps is not None:
-            implied = self.micro_batch * self.gradient_accumulation_steps * dp
-            if self.train_batch_size is not None and self.train_batch_size != implied:
-                raise InputError(
-                    f"{PREFIX}.train_batch_size",
-                    f"must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp "
-                    f"({self.train_batch_size} != {self.micro_batch}*{self.gradient_accumulation_steps}*{dp})",
-                )
-            return implied
-        return self.train_batch_size
+        """train_batch_size = micro x accumulation x dp (DeepSpeed runtime/config.py); None when not given."""
+        resolved = self.batch(dp)
+        return None if resolved is None else resolved[0]
 
 
 def _flag(zero: dict, key: str) -> bool:
@@ -150,12 +172,15 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     return parse_deepspeed_config(load_json(text, PREFIX, str(p)))
 
 
-def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int) -> None:
-    """DeepSpeed ``_ensure_divisibility``: the secondary group size must divide the world size, and
-    the model's secondary group lives inside the data-parallel group (``dp``: its size, dp x cp)."""
-    if hpz_partition_size > 1 and (n_gpus % hpz_partition_size or hpz_partition_size > dp):
+def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int, tp: int = 1) -> None:
+    """DeepSpeed ``_ensure_divisibility``: the secondary group (``zero_hpz_partition_size`` consecutive
+    global ranks, groups._create_zero_param_parallel_group) must divide the world size; the model keeps
+    it inside one TP rank's data-parallel group (``dp``: its size, dp x cp), so it holds a whole number
+    of TP groups and at most dp x cp of them."""
+    if hpz_partition_size > 1 and (n_gpus % hpz_partition_size or hpz_partition_size % tp
+                                   or hpz_partition_size // tp > dp):
         raise InputError(
             f"{PREFIX}.zero_optimization.zero_hpz_partition_size",
-            f"must divide the GPU count and not exceed dp (zero_hpz_partition_size={hpz_partition_size}, "
-            f"gpus={n_gpus}, dp={dp})",
+            f"must divide the GPU count and be tp times at most dp x cp ranks (zero_hpz_partition_size="
+            f"{hpz_partition_size}, gpus={n_gpus}, tp={tp}, dp x cp={dp})",
         )

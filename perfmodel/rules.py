@@ -54,7 +54,29 @@ ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megat
 TE_ATTENTION = frozenset(name for name, p in PROFILES.items()
                          if p.flash_attention and not p.flash_pads_misaligned_heads)
 
+#: stacks that split the pipeline by a layer count per (virtual) stage with the embedding and the
+#: output counted as one layer each (torchtitan pipeline_parallel_layers_per_stage;
+#: pipeline_parallel_first/last_stage_less_layers = 1)
+PP_LAYERS_PER_STAGE = frozenset({"torchtitan"})
+
 Arrays = Mapping[str, np.ndarray]
+
+
+def torchtitan_layers_per_stage(n_layers, pp, vpp):
+    """torchtitan's ``pipeline_parallel_layers_per_stage`` that gives pp x vpp (virtual) stages, or 0 where
+    none does: its pipeline split (torchtitan/distributed/pipeline_parallel.py) builds
+    ceil((n_layers + 1 + 1) / layers_per_stage) stages and requires that to be pp x stages per rank.
+    Left unset, it builds pp stages for a single-stage schedule (1F1B) and 2 pp for a looped one."""
+    stages = np.asarray(pp) * np.asarray(vpp)
+    units = np.asarray(n_layers) + 2
+    lps = -(-units // stages)
+    return np.where(-(-units // np.maximum(lps, 1)) == stages, lps, 0)
+
+
+def torchtitan_split_ok(n_layers, pp, vpp):
+    """Whether torchtitan can run pp x vpp (virtual) stages: its default split (vpp 1 or 2) or a
+    ``pipeline_parallel_layers_per_stage`` (``torchtitan_layers_per_stage``)."""
+    return (np.asarray(vpp) <= 2) | (torchtitan_layers_per_stage(n_layers, pp, vpp) > 0)
 
 
 def job_values(model, cluster, job) -> dict:
@@ -181,6 +203,13 @@ ZERO_FSDP = Rule(22, "zero_stage", "must be 0 (DDP) or 3 (FSDP) in this framewor
 SP_STACK = Rule(23, "sp", "must be on with tp > 1 in this framework (its TP plan always shards the sequence)",
                 lambda x: (x["sp"] == 0) & (x["tp"] > 1) & _framework_in(x, SP_ALWAYS), ("sp", "tp", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
+TT_PP_SPLIT = Rule(
+    25, "vpp", "with torchtitan must be 1 or 2, or give pp x vpp stages through a pipeline_parallel_layers_per_stage "
+    "(its pipeline split makes ceil((n_layers + 2) / layers_per_stage) stages, embedding and output counted as "
+    "one layer each)",
+    lambda x: (x["pp"] > 1) & _framework_in(x, PP_LAYERS_PER_STAGE) & np.logical_not(
+        torchtitan_split_ok(x["n_layers"], x["pp"], x["vpp"])),
+    ("pp", "vpp", "n_layers", "framework"))
 TE_CP_HEAD_DIM = Rule(
     24, "cp", f"with Transformer Engine attention needs a head dimension that is a multiple of "
     f"{HEAD_DIM_ALIGN:.0f} and at most {FLASH_MAX_HEAD_DIM:.0f} (else only its unfused attention is left, "
@@ -200,7 +229,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
-                    BALANCED, TE_CP_HEAD_DIM)
+                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

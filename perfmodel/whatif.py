@@ -56,7 +56,8 @@ NUMERIC = ("gpus", "scale_out_gbit_per_s", "seq_len", "global_batch")
 WHOLE = ("gpus", "seq_len", "global_batch")
 UPPER = {"gpus": MAX_GPUS, "seq_len": MAX_COUNT, "global_batch": MAX_COUNT, "scale_out_gbit_per_s": MAX_GBIT_PER_S}
 ZEROPP_ALL = zeropp_text(ZEROPP_ORDER)
-CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute")
+CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "zeropp", "recompute", "cp_kind",
+                  "offload_fraction")
 INT_CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
 
@@ -129,12 +130,18 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     if "zeropp_on" in values:
         shown["zeropp_on"] = zpp
     n = int(values.get("gpus", cluster.n_gpus))
-    # a bandwidth neither swept nor stated is the (swept) GPU's default, as for the base cluster
+    # a bandwidth or node size neither swept nor stated is the (swept) GPU's default, as for the base cluster
     bw = values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node if cluster.scale_out_stated else None)
     bw = float(bw) if bw is not None else None
+    swapped = gpu.name != cluster.gpu.name
+    gpn = gpu.default_gpus_per_node if (swapped and not cluster.gpus_per_node_stated) else cluster.gpus_per_node
+    # the network stays: a swapped GPU keeps the fabric's scale-out latency (the stated one, else the
+    # calibrated one of the starting GPU and fabric), not the latency calibrated with its own kind
+    latency = cluster.stated_latency_us
+    if swapped and latency is None:
+        latency = cal.for_network(cluster.gpu, cluster.network)[1].scale_out_latency_us
     try:
-        c = ClusterSpec.build(gpu, n, min(cluster.gpus_per_node, n), bw, cluster.stated_latency_us,
-                              network=cluster.network)
+        c = ClusterSpec.build(gpu, n, min(gpn, n), bw, latency, network=cluster.network)
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:
         return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))
@@ -211,7 +218,8 @@ def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zp
     score = np.where(m["fits"], -m["tokens_per_s_per_gpu"], np.inf)
     i = int(np.lexsort((m["memory_gib"], score))[0])
     row = {k: configs[k][i].item() for k in PARALLEL_KEYS}
-    row.update(sp=bool(row["sp"]), recompute=RECOMPUTE_NAMES[int(row["recompute"])], zeropp=ZEROPP_ALL if zpp else "")
+    row.update(sp=bool(row["sp"]), recompute=RECOMPUTE_NAMES[int(row["recompute"])], zeropp=ZEROPP_ALL if zpp else "",
+               cp_kind="ulysses" if int(row["cp_ulysses"]) else "ring", offload_fraction=float(row["offload_fraction"]))
     row.update({k: (bool(m[k][i]) if k == "fits" else float(m[k][i])) for k in METRICS})
     row["tokens_per_s"] = row["tokens_per_s_per_gpu"] * c.n_gpus
     return {**row, "status": "ok", "reason": ""}

@@ -48,8 +48,8 @@ def figures(data: ReportData) -> dict:
         "heatmap": heatmap_figure(data.heatmap, int(best["tp"]), int(best["pp"])),
         "scaling": scaling_figure(data.scaling, data.cluster.n_gpus),
     }
-    if data.runs is not None and len(data.runs):
-        figs["runs"] = runs_figure(data.runs)
+    if data.runs is not None and data.runs["scored"].any():
+        figs["runs"] = runs_figure(data.runs[data.runs["scored"]])
     return figs
 
 
@@ -65,24 +65,35 @@ def _write_atomic(path: Path, content: bytes) -> None:
         raise
 
 
+def _csv_bytes(df, **kwargs) -> bytes:
+    return df.to_csv(**kwargs).encode("utf-8")
+
+
 def write_report(data: ReportData, out_dir: str | Path) -> ReportFiles:
-    """Render every plot once, then write PNGs, CSVs and the HTML (which embeds the same PNGs)."""
+    """Render every plot and table once, then write PNGs, CSVs and the HTML (which embeds the same PNGs),
+    each file atomically; files of an earlier report in the folder that this one does not write (the
+    runs plot and table of a report with ``--runs``) are removed, so the folder holds one report."""
     out = Path(out_dir)
-    # every plot first: a plot that cannot be drawn leaves no folder behind
+    # everything in memory first: a plot that cannot be drawn leaves no folder behind
     images = {name: png_bytes(fig) for name, fig in figures(data).items()}
-    out.mkdir(parents=True, exist_ok=True)
-    pngs = {}
-    for name, png in images.items():
-        pngs[name] = out / PNG_FILES[name]
-        _write_atomic(pngs[name], png)
-    cand = out / CANDIDATES_CSV
-    data.result.candidates.to_csv(cand, index_label="rank")
-    scaling = out / SCALING_CSV
-    data.scaling.to_csv(scaling, index=False)
-    runs_csv = None
+    cand = data.result.candidates
+    # rank from 1 as in the page; objective columns that this search did not compute are left out
+    cand = cand.dropna(axis=1, how="all").set_axis(range(1, len(cand) + 1))
+    files: dict[str, bytes] = {PNG_FILES[name]: png for name, png in images.items()}
+    files[CANDIDATES_CSV] = _csv_bytes(cand, index_label="rank")
+    files[SCALING_CSV] = _csv_bytes(data.scaling, index=False)
     if data.runs is not None:
-        runs_csv = out / RUNS_CSV
-        data.runs.to_csv(runs_csv, index=False)
-    page = out / HTML_FILE
-    _write_atomic(page, render(data, images).encode("utf-8"))
-    return ReportFiles(page, pngs, cand, scaling, runs_csv)
+        files[RUNS_CSV] = _csv_bytes(data.runs, index=False)
+    files[HTML_FILE] = render(data, images).encode("utf-8")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in files:  # a folder in the way of a file fails the report before anything is written
+        if (out / name).exists() and not (out / name).is_file():
+            raise IsADirectoryError(21, "Is a directory", str(out / name))
+    for name in (*PNG_FILES.values(), RUNS_CSV):
+        if name not in files and (out / name).is_file():
+            (out / name).unlink()
+    for name, content in files.items():
+        _write_atomic(out / name, content)
+    pngs = {name: out / PNG_FILES[name] for name in images}
+    return ReportFiles(out / HTML_FILE, pngs, out / CANDIDATES_CSV, out / SCALING_CSV,
+                       out / RUNS_CSV if data.runs is not None else None)

@@ -82,7 +82,9 @@ def report(
     try:
         files = write_report(data, out)
     except OSError as exc:
-        fail(InputError("out", f"cannot write the report ({exc.strerror})", where=str(out)))
+        # the file that could not be written (os.replace names the target second), else the folder
+        where = exc.filename2 or exc.filename or out
+        fail(InputError("out", f"cannot write the report ({exc.strerror})", where=str(where)))
     best = data.top_candidates.iloc[0]
     typer.echo(f"best: tp={best.tp} pp={best.pp} dp={best.dp} cp={best.cp} vpp={best.vpp} mb={best.micro_batch} "
                f"at {best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {best.mfu:.1%}")

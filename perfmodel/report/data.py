@@ -62,7 +62,8 @@ def tp_pp_heatmap(result: SearchResult) -> pd.DataFrame:
 
 
 def runs_frame(runs: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
-    """Measured vs predicted tokens/s/GPU for every run the model could predict."""
+    """Measured vs predicted tokens/s/GPU for every run, with its status and reason; ``scored``: the
+    run was predicted and has a measured throughput (the runs the error statistics cover)."""
     from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, source_slug
 
     pred = predict_runs(runs, calibration)
@@ -74,12 +75,13 @@ def runs_frame(runs: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
         "gpu": runs["gpu"].astype(str).to_numpy(),
         "n_gpus": runs["n_gpus"].to_numpy(),
         "status": pred["status"].to_numpy(),
+        "reason": pred["reason"].fillna("").astype(str).to_numpy(),
         "measured_tokens_per_s_per_gpu": measured,
         "pred_tokens_per_s_per_gpu": pred["pred_tokens_per_s_per_gpu"].to_numpy(),
     })
     out["error_pct"] = (out["pred_tokens_per_s_per_gpu"] / out["measured_tokens_per_s_per_gpu"] - 1.0) * 100.0
-    ok = (out["status"] == "ok") & np.isfinite(out["error_pct"]) & (out["measured_tokens_per_s_per_gpu"] > 0)
-    return out[ok].reset_index(drop=True)
+    out["scored"] = (out["status"] == "ok") & np.isfinite(out["error_pct"]) & (out["measured_tokens_per_s_per_gpu"] > 0)
+    return out
 
 
 def collect(

@@ -8,7 +8,7 @@ from perfmodel.report.data import ReportData
 from perfmodel.report.figures import candidate_label
 from perfmodel.report.inputs import calibration_rows, cluster_rows, job_rows, model_rows
 
-TOP_HEADER = ("#", "tp", "pp", "dp", "cp", "vpp", "micro batch", "sp", "ZeRO", "recompute",
+TOP_HEADER = ("#", "tp", "pp", "dp", "cp", "vpp", "micro batch", "sp", "ZeRO", "recompute", "offload",
               "iteration (s)", "tokens/s/GPU", "MFU", "memory (GiB)")
 
 
@@ -16,8 +16,12 @@ def _top_rows(data: ReportData) -> list[tuple]:
     rows = []
     for i, r in enumerate(data.top_candidates.to_dict("records"), start=1):
         zero = f"{int(r['zero_stage'])}" + (f" + {r['zeropp']}" if r.get("zeropp") else "")
-        rows.append((i, int(r["tp"]), int(r["pp"]), int(r["dp"]), int(r["cp"]), int(r["vpp"]),
+        # the CP kind where the sequence is split (ring is Megatron's default, Ulysses the all-to-all)
+        cp = f"{int(r['cp'])}" + (f" ({r.get('cp_kind') or 'ring'})" if int(r["cp"]) > 1 else "")
+        offload = float(r.get("offload_fraction") or 0.0)
+        rows.append((i, int(r["tp"]), int(r["pp"]), int(r["dp"]), cp, int(r["vpp"]),
                      int(r["micro_batch"]), "on" if r["sp"] else "off", zero, r["recompute"],
+                     f"{offload:g}" if offload > 0 else "-",
                      f"{r['iteration_time_s']:.3f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['memory_gib']:.1f}"))
     return rows
@@ -36,15 +40,21 @@ def _runs_section(data: ReportData, images: dict[str, bytes]) -> str:
     if data.runs is None:
         return H.section("runs", "Predicted vs measured",
                          note="No measured runs were given (perfmodel report --runs RUNS_CSV adds this section).")
-    runs = data.runs
+    given, runs = data.runs, data.runs[data.runs["scored"]]
     ape = runs["error_pct"].abs()
     by_source = runs.assign(ape=ape).groupby("source").agg(
         runs=("ape", "size"), mape=("ape", "mean"), median_ape=("ape", "median"),
         bias=("error_pct", "median")).sort_values("runs", ascending=False)
     rows = [(src, int(r.runs), f"{r.mape:.1f}%", f"{r.median_ape:.1f}%", f"{r.bias:+.1f}%")
             for src, r in by_source.iterrows()]
-    parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(runs):,} runs predicted "
-                         f"(MAPE {ape.mean():.1f}%, median {ape.median():.1f}%).")]
+    # what was not scored, by why: not costed (status), or costed without a measured throughput
+    left = given[~given["scored"]]
+    why = left["status"].where(left["status"] != "ok", "no measured throughput").value_counts()
+    left_text = (" (" + ", ".join(f"{n:,} {w}" for w, n in why.items()) + "; reasons in runs_predicted.csv)"
+                 if len(left) else "")
+    stats = f": MAPE {ape.mean():.1f}%, median {ape.median():.1f}%" if len(runs) else ""
+    parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(given):,} runs given, "
+                         f"{len(runs):,} scored{left_text}{stats}.")]
     if "runs" in images:
         parts.append(H.image(images["runs"], "predicted vs measured tokens/s per GPU"))
     parts.append(H.table(("source", "runs", "MAPE", "median |error|", "median error (bias)"), rows, left=1))

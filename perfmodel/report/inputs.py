@@ -79,21 +79,31 @@ def calibration_rows(cal: Calibration, source: str) -> Rows:
                          for i in inputs[:6])
         more = f" and {len(inputs) - 6} more" if len(inputs) > 6 else ""
         rows.append(("fitted on", desc + more))
+    # a profile written by calibrate keeps its base profile's provenance: figures about inputs of a kind
+    # this profile was not itself fitted on describe the base, before this calibration changed it
+    kinds = {str(i.get("kind", "")) for i in inputs}
+    own_nccl = [float(i["median_abs_err_pct_ge_1MiB"]) for i in inputs
+                if i.get("kind") == "nccl-tests" and i.get("median_abs_err_pct_ge_1MiB") is not None]
+    if own_nccl:
+        rows.append(("collectives fit quality", f"{len(own_nccl)} nccl-tests file{'s' * (len(own_nccl) > 1)}, median |error| "
+                     f"{np.median(own_nccl):.2f}% (worst file {max(own_nccl):.2f}%), sizes >= 1 MiB"))
+    inherited = " (of the base profile, before this calibration)"
     mape = prov.get("runs_mape_pct_by_source") or {}
     if mape:
         vals = np.array([float(v) for v in mape.values()])
         worst = max(mape, key=lambda k: float(mape[k]))
-        rows.append(("runs fit quality",
+        rows.append(("runs fit quality" + ("" if (not inputs or "runs" in kinds) else inherited),
                      f"tokens/s/GPU MAPE macro-averaged over {len(vals)} sources {vals.mean():.1f}%, "
                      f"median source {np.median(vals):.1f}%, worst {worst} {float(mape[worst]):.1f}%"))
     errs = prov.get("file_median_abs_error") or {}
+    label = "collectives fit quality" + (inherited if own_nccl else "")
     if errs:
         e = np.array([float(v) for v in errs.values()])
-        rows.append(("collectives fit quality", f"{e.size} files, median |error| {np.median(e):.1%}"))
+        rows.append((label, f"{e.size} files, median |error| {np.median(e):.1%}"))
     elif isinstance(prov.get("collectives"), str):
         quality = _collectives_quality(prov["collectives"])
         if quality:
-            rows.append(("collectives fit quality", quality))
+            rows.append((label, quality))
     if len(rows) == 1:
         rows.append(("fit quality", "not recorded in this profile's provenance"))
     return rows

@@ -32,6 +32,14 @@ def _fmt(var: str, value) -> str:
     return str(value)
 
 
+def _layout(r) -> str:
+    """``tp2 pp4 dp16 cp4-ulysses``: the winner's parallel sizes (cp where it splits the sequence)."""
+    text = f"tp{int(r['tp'])} pp{int(r['pp'])} dp{int(r['dp'])}"
+    if int(r.get("cp", 1) or 1) > 1:
+        text += f" cp{int(r['cp'])}" + ("-ulysses" if r.get("cp_kind") == "ulysses" else "")
+    return text
+
+
 def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
     sweep = list(sweep or df.attrs.get("sweep") or [])
     x_var = sweep[0]
@@ -39,12 +47,16 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
     fig, axes = new_figure(12, 4.6, ncols=2)
     ok = df[df["status"] == "ok"]
     series = list(dict.fromkeys(df[s_var])) if s_var else [None]
-    xs = list(dict.fromkeys(df[x_var]))
     numeric = x_var in NUMERIC
+    xs = list(dict.fromkeys(df[x_var]))
+    if numeric:
+        xs = sorted(xs)
     width = 0.8 / max(len(series), 1)
     for ax, (col, label, scale) in zip(axes, PANELS):
         for k, sv in enumerate(series):
             sub = ok if sv is None else ok[ok[s_var] == sv]
+            if numeric:  # a line joins the points in x order, whatever order the sweep gave
+                sub = sub.sort_values(x_var, kind="stable")
             name = _fmt(s_var, sv) if s_var else "best config" if df.attrs.get("mode") == "best" else "fixed config"
             color = category_color(k) if s_var else SERIES["throughput" if col != "mfu" else "mfu"]
             y = sub[col].to_numpy(dtype=float) * scale
@@ -55,7 +67,7 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
                 bars = ax.bar(pos, y, width=width * 0.95, color=color, label=name)
                 text = [f"{v:,.0f}" if col != "mfu" else f"{v:.1f}" for v in y]
                 if col != "mfu" and df.attrs.get("mode") == "best":
-                    text = [f"{t}\ntp{r.tp} pp{r.pp} dp{r.dp}" for t, r in zip(text, sub.itertuples())]
+                    text = [f"{t}\n{_layout(r)}" for t, r in zip(text, sub.to_dict("records"))]
                 ax.bar_label(bars, text, fontsize=7.5, padding=2)
         if numeric:
             if len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 8:

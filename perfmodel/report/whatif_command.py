@@ -34,6 +34,9 @@ def parse_vary(items: list[str]) -> dict[str, list]:
         except ValueError:
             kind = "whole numbers" if CASTS[name] is int else "numbers"
             raise InputError(f"vary.{name}", f"values must be {kind} (got {values!r})") from None
+        repeated = sorted({str(v) for v in out[name] if out[name].count(v) > 1})
+        if repeated:
+            raise InputError(f"vary.{name}", f"lists {', '.join(repeated)} more than once")
     return out
 
 
@@ -61,6 +64,11 @@ def whatif_command(
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (mode fixed).")] = True,
     zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3 (mode fixed).")] = 1,
     recompute: Annotated[str, typer.Option(help="Recompute mode (mode fixed).")] = "none",
+    cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses (mode fixed).")] = "ring",
+    zeropp: Annotated[Optional[str], typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (mode fixed, "
+                                                   "ZeRO-3).")] = None,
+    offload_fraction: Annotated[float, typer.Option(
+        "--offload-fraction", help="Share of warm-up activations offloaded to host, 0..1 (mode fixed).")] = 0.0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Folder for whatif.csv and whatif.png.")] = None,
     json_out: JsonOpt = False,
 ):
@@ -87,7 +95,8 @@ def whatif_command(
         if mode == "fixed":
             try:
                 par = ParallelSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,
-                                   zero_stage=zero_stage, recompute=recompute)
+                                   zero_stage=zero_stage, recompute=recompute, cp_kind=cp_kind,
+                                   zeropp=zeropp or "", offload_fraction=offload_fraction)
             except ValidationError as exc:
                 raise from_validation_error(exc) from None
             # the configuration against the model itself (tp divides the heads, pp the layers):
@@ -102,19 +111,34 @@ def whatif_command(
         from perfmodel.report.figures import png_bytes
         from perfmodel.report.plots_whatif import whatif_figure
 
+        from perfmodel.report.build import _write_atomic
+
         if out.exists() and not out.is_dir():
             fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
-        out.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out / "whatif.csv", index=False)
-        (out / "whatif.png").write_bytes(png_bytes(whatif_figure(df)))
+        files = {"whatif.png": png_bytes(whatif_figure(df)), "whatif.csv": df.to_csv(index=False).encode("utf-8")}
+        for name in files:  # a folder in the way fails before anything is written
+            if (out / name).exists() and not (out / name).is_file():
+                fail(InputError("out", "cannot write the what-if (Is a directory)", where=str(out / name)))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, content in files.items():
+                _write_atomic(out / name, content)
+        except OSError as exc:
+            fail(InputError("out", f"cannot write the what-if ({exc.strerror})",
+                            where=str(exc.filename2 or exc.filename or out)))
     if json_out:
         typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "points": json.loads(df.to_json(orient="records"))},
                               indent=2))
     else:
         # the precision column where it differs between points (no --precision: each GPU's default)
         shown_precision = ["precision"] if "precision" in df and df["precision"].nunique() > 1 else []
+        # the CP kind, ZeRO++ and offload columns where a point uses them
+        extra = [k for k, used in (("cp_kind", (df["cp"].fillna(1) > 1).any()),
+                                   ("zeropp", (df["zeropp"].fillna("").astype(str) != "").any()),
+                                   ("offload_fraction", (df["offload_fraction"].fillna(0) > 0).any())) if used]
         cols = list(sweep) + shown_precision + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
-                              "tokens_per_s_per_gpu", "mfu", "memory_gib", "iteration_time_s", "status"]
+                                                *extra, "tokens_per_s_per_gpu", "mfu", "memory_gib",
+                                                "iteration_time_s", "status"]
         table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
             typer.echo(table.to_string(index=False))

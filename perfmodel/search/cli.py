@@ -75,7 +75,7 @@ def recommend(
     from perfmodel.errors import InputError
     from perfmodel.search.emit import EMIT_TARGETS
     from perfmodel.search.emit import emit as emit_text
-    from perfmodel.search.emit import megatron_overlap_hint
+    from perfmodel.search.emit import emit_notes, megatron_overlap_hint
     from perfmodel.search.engine import OBJECTIVES, run_search
     from perfmodel.search.explain import describe, explain
 
@@ -122,11 +122,13 @@ def recommend(
         raise typer.Exit(1)
 
     best = res.candidates.iloc[0]
-    emitted = emit_text(emit, spec, job, {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node}) if emit else None
+    best_row = {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node}
+    emitted = emit_text(emit, spec, job, best_row) if emit else None
+    notes = emit_notes(emit, spec, job, best_row) if emit else []
     if json_out:
         out = res.contract_json(top)
         if emitted is not None:
-            out["emit"] = {"target": emit, "text": emitted}
+            out["emit"] = {"target": emit, "text": emitted, "notes": notes}
         typer.echo(json.dumps(out, indent=2))
         return
 
@@ -185,3 +187,5 @@ def recommend(
         hint = megatron_overlap_hint(job, best) if emit == "megatron" else None
         if hint:
             typer.echo(hint)
+        for note in notes:
+            typer.echo(f"# note: {note}")

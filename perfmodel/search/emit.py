@@ -28,6 +28,7 @@ import json
 from typing import Mapping
 
 from perfmodel.frameworks import framework_profile
+from perfmodel.rules import torchtitan_layers_per_stage, torchtitan_split_ok
 from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
@@ -64,6 +65,10 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         f += ["--swiglu"]
     if not model.tied_embeddings:
         f += ["--untie-embeddings-and-output-weights"]
+    if model.mlp != "gelu":  # the costed block has no linear biases (ModelSpec.n_params)
+        f += ["--disable-bias-linear"]
+    if not model.learned_pos_emb:  # no position table was costed: rotary embeddings
+        f += ["--position-embedding-type", "rope"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
         "--tensor-model-parallel-size", str(c["tp"]),
@@ -72,11 +77,14 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     ]
     if c["cp"] > 1 and c["cp_kind"] == "ulysses":  # Megatron-Core all-to-all context parallelism
         f += ["--cp-comm-type", "a2a"]
-    uneven = c["pp"] > 1 and L % c["pp"] != 0
-    if uneven:  # embedding and loss count as layers so that L + 2 splits evenly
+    # embedding and loss count as layers when L does not split into pp stages (of vpp chunks) but L + 2
+    # does (validate_args: num_layers += 1 per --account-for-*; num_layers % pp == 0; layers per stage %
+    # layers per virtual stage == 0)
+    account = megatron_accounts_embedding_loss(L, c["pp"], c["vpp"])
+    if account:
         f += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if c["vpp"] > 1:
-        per_stage = (L + 2 if uneven else L) // c["pp"]
+        per_stage = (L + 2 if account else L) // c["pp"]
         f += ["--num-layers-per-virtual-pipeline-stage", str(per_stage // c["vpp"])]
     if c["sp"] and c["tp"] > 1:
         f += ["--sequence-parallel"]
@@ -115,6 +123,15 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         elif prec == "nvfp4":
             f += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     return f
+
+
+def megatron_accounts_embedding_loss(n_layers: int, pp: int, vpp: int) -> bool:
+    """Whether Megatron needs --account-for-embedding/loss-in-pipeline-split for this split: the layers
+    do not divide into pp stages of vpp chunks, n_layers + 2 do (perfmodel.rules.VPP_LAYERS allows both)."""
+    if pp <= 1:
+        return False
+    even = n_layers % pp == 0 and (n_layers // pp) % vpp == 0
+    return not even and (n_layers + 2) % pp == 0 and ((n_layers + 2) // pp) % vpp == 0
 
 
 def megatron_overlap_hint(job: JobSpec, row: Mapping) -> str | None:
@@ -213,12 +230,67 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
         lines += [
             f'pipeline_parallel_schedule = "{schedule}"',
             f"pipeline_parallel_microbatch_size = {c['mb']}",
-            f"pipeline_parallel_layers_per_stage = {max(model.n_layers // (c['pp'] * c['vpp']), 1)}",
         ]
-    lines += ["", "[activation_checkpoint]", f'mode = "{c["recompute"]}"']
-    if c["recompute"] == "selective":
+        # left unset, torchtitan splits into pp stages (1F1B) or 2 pp (looped schedules); more chunks need
+        # the layer count per stage that makes ceil((L + 2) / layers_per_stage) = pp x vpp stages
+        lps = int(torchtitan_layers_per_stage(model.n_layers, c["pp"], c["vpp"])) if c["vpp"] > 2 else 0
+        if lps:
+            lines.append(f"pipeline_parallel_layers_per_stage = {lps}")
+    # torchtitan's modes are none / selective / full: Megatron-Kwai's balanced recompute (norms and the MLP
+    # activation) is closest to its selective one (see the notes)
+    mode = "selective" if c["recompute"] == "balanced" else c["recompute"]
+    lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
+    if mode == "selective":
         lines.append('selective_ac_option = "op"')
+    if job.precision == "fp8":  # torchao Float8Linear through the model converter
+        lines += ["", "[model]", 'converters = ["float8"]']
     return "\n".join(lines) + "\n"
+
+
+def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
+    """What the text for ``target`` does not carry of the costed configuration ``row``, one line each
+    (printed after it): parts the target's format cannot express or that the launcher must add."""
+    c, notes = _cfg(row), []
+    if target == "megatron":
+        notes.append("the normalization is not part of the costed shape: add your model's (Llama: "
+                     "--normalization RMSNorm; Megatron's default is LayerNorm)")
+        if c["zeropp"]:
+            notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
+                         "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
+    if target == "deepspeed":
+        layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1]
+        if layout:
+            notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
+                         "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "
+                         f"data-parallel size is dp={c['dp']}")
+        if job.precision not in ("bf16", "fp16"):
+            notes.append(f"{job.precision} GEMMs come from Transformer Engine in the model code: the JSON has no "
+                         "switch for them and enables bf16")
+        if c["recompute"] in ("selective", "balanced"):
+            notes.append(f"{c['recompute']} recompute is chosen in the model code (Megatron-DeepSpeed "
+                         "--recompute-granularity selective), not in this JSON")
+    if target == "torchtitan":
+        if c["zero"] in (1, 2):
+            notes.append(f"torchtitan has no ZeRO-{c['zero']} (optimizer-only sharding): emitted as FSDP with "
+                         "fsdp_reshard_after_forward = \"never\", which shards the parameters too")
+        if c["cp"] > 1 and c["cp_kind"] == "ulysses":
+            notes.append("torchtitan's context parallelism is ring attention: the costed Ulysses all-to-all "
+                         "is not available")
+        if c["recompute"] == "balanced":
+            notes.append("balanced recompute is Megatron-Kwai's: emitted as torchtitan's selective mode, "
+                         "which recomputes more")
+        if c["pp"] > 1 and not bool(torchtitan_split_ok(model.n_layers, c["pp"], c["vpp"])):
+            notes.append(f"torchtitan cannot split {model.n_layers} layers (+ embedding and output) into "
+                         f"pp x vpp = {c['pp'] * c['vpp']} stages: no pipeline_parallel_layers_per_stage "
+                         "gives that many; its default split (2 stages per rank) is emitted")
+        if job.precision in ("mxfp8", "nvfp4"):
+            notes.append(f"{job.precision} is not emitted: enable torchtitan's MX converter for it")
+    if c["offload"] > 0 and target != "megatron":
+        notes.append(f"activation offloading ({c['offload']:g} of a micro-batch) is Megatron-Kwai's: "
+                     f"{target} cannot express it")
+    if target != "megatron" and c["zeropp"] and target != "deepspeed":
+        notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) is DeepSpeed's: {target} cannot express it")
+    return notes
 
 
 def emit(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> str:

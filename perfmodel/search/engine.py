@@ -346,6 +346,9 @@ def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
             "n_gpus": ev.n_gpus,
             **{k: int(ev.configs[k][i]) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},
             "sp": bool(ev.configs["sp"][i]), "recompute": RECOMPUTE_NAMES[int(ev.configs["recompute"][i])],
+            "cp_kind": "ulysses" if int(ev.configs["cp_ulysses"][i]) else "ring",
+            "offload_fraction": float(ev.configs["offload_fraction"][i]),
+            "zeropp": str(zeropp_names({k: v[i:i + 1] for k, v in ev.configs.items()})[0]),
             "tokens_per_s_per_gpu": float(t[i]), "tokens_per_s": float(t[i] * ev.n_gpus),
             "mfu": float(ev.metrics["mfu"][i]),
         })
@@ -354,7 +357,7 @@ def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
 
 #: df_all_best's columns (also when no GPU count has a feasible configuration)
 BEST_COLUMNS = ("n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "sp", "recompute",
-                "tokens_per_s_per_gpu", "tokens_per_s", "mfu")
+                "cp_kind", "offload_fraction", "zeropp", "tokens_per_s_per_gpu", "tokens_per_s", "mfu")
 
 
 def pareto_front(best: pd.DataFrame) -> pd.DataFrame:

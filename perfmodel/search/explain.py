@@ -16,17 +16,33 @@ from perfmodel.search.engine import Evaluated, SearchResult, breakdown_frame
 from perfmodel.step import TIME_PARTS
 
 CONFIG_KEYS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute")
-_SHORT = {"micro_batch": "mb", "zero_stage": "zero"}
+#: the dimensions a configuration has only where they apply: shown and compared when set
+EXTRA_KEYS = ("cp_kind", "zeropp", "offload_fraction")
+_SHORT = {"micro_batch": "mb", "zero_stage": "zero", "zeropp": "zero++", "offload_fraction": "offload"}
+
+
+def _extra(row, k):
+    """An optional dimension's value, or None where it does not apply (ring CP is the default kind)."""
+    if k not in row:
+        return None
+    v = row[k]
+    if k == "cp_kind":
+        return v if int(row["cp"]) > 1 else None
+    if k == "zeropp":
+        return v if isinstance(v, str) and v else None
+    return f"{float(v):g}" if v is not None and float(v) > 0 else None
 
 
 def describe(row) -> str:
-    """``tp=4 pp=16 dp=16 cp=1 vpp=3 mb=2 sp=on zero=1 recompute=none``."""
+    """``tp=4 pp=16 dp=16 cp=1 vpp=3 mb=2 sp=on zero=1 recompute=none`` (and ``cp_kind=ulysses``,
+    ``zero++=qwz,hpz``, ``offload=0.5`` where they apply)."""
     parts = []
     for k in CONFIG_KEYS:
         v = row[k]
         if k == "sp":
             v = "on" if bool(v) else "off"
         parts.append(f"{_SHORT.get(k, k)}={v}")
+    parts += [f"{_SHORT.get(k, k)}={_extra(row, k)}" for k in EXTRA_KEYS if _extra(row, k) is not None]
     if "n_gpus" in row and row.get("_multi", False):
         parts.insert(0, f"gpus={row['n_gpus']}")
     return " ".join(parts)
@@ -67,6 +83,8 @@ def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
 
 def _diff_keys(a, b) -> str:
     diffs = [f"{_SHORT.get(k, k)} {a[k]} vs {b[k]}" for k in CONFIG_KEYS if a[k] != b[k]]
+    diffs += [f"{_SHORT.get(k, k)} {_extra(a, k) or 'none'} vs {_extra(b, k) or 'none'}"
+              for k in EXTRA_KEYS if _extra(a, k) != _extra(b, k)]
     if "n_gpus" in a and a["n_gpus"] != b["n_gpus"]:
         diffs.insert(0, f"gpus {a['n_gpus']} vs {b['n_gpus']}")
     return ", ".join(diffs) or "same layout"

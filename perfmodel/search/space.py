@@ -122,13 +122,15 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
 
     rejected: dict[str, int] = {}
     layouts, reason1 = layout_grid(model, cluster, job)
-    _count(rejected, reason1, vpp_vals.size * mb_vals.size * n_late)
+    # a (tp, pp, cp) whose product does not divide the GPU count is a hole in the grid, not a
+    # configuration: not counted as a rejection (it would dwarf every real reason)
+    _count(rejected, np.where(reason1 == rules.GPUS.code, OK, reason1), vpp_vals.size * mb_vals.size * n_late)
     x = _keep(layouts, reason1 == OK)
 
     # ---- step 2: schedule (vpp, micro-batch) ---------------------------------------------------
     job_x = rules.job_values(model, cluster, job)
     x = _expand(x, {"vpp": vpp_vals, "micro_batch": mb_vals})
-    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO),
+    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TT_PP_SPLIT),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason2, n_late)
     x = _keep(x, reason2 == OK)

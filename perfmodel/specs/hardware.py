@@ -210,6 +210,10 @@ class ClusterSpec(BaseModel):
         default=True, description="The NIC bandwidth was given for this cluster; False where ClusterSpec.build "
         "took the GPU profile's default (a what-if that swaps the GPU then takes the new GPU's default)."
     )
+    gpus_per_node_stated: bool = Field(
+        default=True, description="The node size was given for this cluster; False where ClusterSpec.build took "
+        "the GPU profile's default (a what-if that swaps the GPU then takes the new GPU's default)."
+    )
     network: str | None = Field(
         default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."
     )
@@ -249,6 +253,7 @@ class ClusterSpec(BaseModel):
             scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
             scale_out_latency_stated=bool(scale_out_latency_us),
             scale_out_stated=bool(scale_out_gbit_per_s_per_node),
+            gpus_per_node_stated=bool(gpus_per_node),
             network=network,
         )
 

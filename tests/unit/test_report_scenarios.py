@@ -132,3 +132,55 @@ def test_bad_input_exits_2_with_one_error_line(tmp_path, args, field):
     assert lines[-1].startswith("error:") and field in lines[-1]
     assert "Traceback" not in res.output
     assert not (tmp_path / "r" / HTML_FILE).exists()
+
+
+def test_report_folder_holds_one_report_and_counts_every_run(tmp_path):
+    """A report without --runs written over one with runs removes the runs plot and table; the runs
+    table keeps every row with its status and reason, and the page says how many were scored."""
+    runs = tmp_path / "runs.csv"
+    lines = RUNS_CSV.read_text().splitlines(keepends=True)
+    runs.write_text("".join(lines[:11]))
+    base = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--top", "2", "--scaling-gpus", "16", "--out", str(tmp_path / "r")]
+    assert run([*base, "--runs", str(runs)]).exit_code == 0
+    assert (tmp_path / "r" / "runs_predicted.csv").is_file() and (tmp_path / "r" / PNG_FILES["runs"]).is_file()
+    assert run(base).exit_code == 0
+    assert not (tmp_path / "r" / "runs_predicted.csv").exists() and not (tmp_path / "r" / PNG_FILES["runs"]).exists()
+    # a run that cannot be costed stays in the table with its reason; the page counts it
+    df = pd.read_csv(runs)
+    df.loc[0, "tp"] = 7  # tp must divide the heads
+    df.loc[1, ["tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu"]] = float("nan")
+    df.to_csv(runs, index=False)
+    assert run([*base, "--runs", str(runs)]).exit_code == 0
+    pred = pd.read_csv(tmp_path / "r" / "runs_predicted.csv")
+    assert len(pred) == 10 and int(pred["scored"].sum()) == 8
+    assert pred.loc[0, "status"] == "invalid" and "tp" in pred.loc[0, "reason"]
+    page = (tmp_path / "r" / HTML_FILE).read_text()
+    assert "10 runs given, 8 scored (1 invalid, 1 no measured throughput" in page
+    cand = pd.read_csv(tmp_path / "r" / CANDIDATES_CSV)
+    assert cand["rank"].iloc[0] == 1  # as on the page
+    assert "time_to_train_s" not in cand  # objective columns this search did not compute
+
+
+def test_report_names_the_file_it_cannot_write(tmp_path):
+    (tmp_path / "r" / CANDIDATES_CSV).mkdir(parents=True)
+    res = run(["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--seq-len", "4096",
+               "--global-batch", "64", "--top", "2", "--scaling-gpus", "16", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(f"error: {tmp_path / 'r' / CANDIDATES_CSV}: out:")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [CANDIDATES_CSV]  # nothing half-written
+
+
+def test_calibration_box_tells_its_own_fit_from_its_base_profiles(tmp_path):
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.report.inputs import calibration_rows
+
+    shipped = dict(calibration_rows(load_calibration(None), "default"))
+    assert "runs fit quality" in shipped
+    own = load_calibration(None).model_copy(update={"provenance": {
+        **load_calibration(None).provenance,
+        "inputs": [{"kind": "nccl-tests", "path": "a.txt", "points": 5, "median_abs_err_pct_ge_1MiB": 0.13}]}})
+    rows = dict(calibration_rows(own, "mine.yaml"))
+    assert rows["collectives fit quality"].startswith("1 nccl-tests file, median |error| 0.13%")
+    assert "runs fit quality (of the base profile, before this calibration)" in rows
+    assert "runs fit quality" not in rows

@@ -29,6 +29,7 @@ MEGATRON_ARGS = {
     # _add_network_size_args
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--max-position-embeddings", "--swiglu", "--untie-embeddings-and-output-weights",
+    "--disable-bias-linear", "--position-embedding-type",
     # _add_training_args
     "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--no-gradient-accumulation-fusion",
@@ -53,6 +54,7 @@ MEGATRON_CHOICES = {
     "--fp8-recipe": {"tensorwise", "delayed", "mxfp8", "blockwise"},
     "--fp4-format": {"e2m1"},
     "--fp4-recipe": {"nvfp4"},
+    "--position-embedding-type": {"learned_absolute", "rope", "mrope", "relative", "none"},
 }
 
 DEEPSPEED_TOP = {  # deepspeed/runtime/constants.py
@@ -77,6 +79,7 @@ TORCHTITAN = {
         "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size", "context_parallel_degree",
     },
     "activation_checkpoint": {"mode", "selective_ac_option"},
+    "model": {"name", "flavor", "converters"},
 }
 
 ROWS = [
@@ -214,3 +217,119 @@ def test_the_emitted_deepspeed_config_reads_back_to_the_same_prediction(tmp_path
     out = json.loads(res.stdout)
     assert out["config"]["zeropp"] == row["zeropp"] and out["config"]["micro_batch"] == row["micro_batch"]
     assert out["tokens_per_s_per_gpu"] == pytest.approx(row["tokens_per_s_per_gpu"], rel=1e-9)
+
+
+# ---- pipeline splits the frameworks accept ------------------------------------------------------
+def _megatron_split(flags: list[str], n_layers: int, pp: int) -> int:
+    """Megatron-LM validate_args: num_layers += 1 per --account-for-*-in-pipeline-split; num_layers % pp
+    == 0; layers per stage % --num-layers-per-virtual-pipeline-stage == 0; vpp = their ratio."""
+    n = n_layers + sum(f in flags for f in ("--account-for-embedding-in-pipeline-split",
+                                            "--account-for-loss-in-pipeline-split"))
+    assert n % pp == 0
+    per_stage = n // pp
+    if "--num-layers-per-virtual-pipeline-stage" not in flags:
+        return 1
+    per_chunk = int(flags[flags.index("--num-layers-per-virtual-pipeline-stage") + 1])
+    assert per_chunk > 0 and per_stage % per_chunk == 0
+    return per_stage // per_chunk
+
+
+@pytest.mark.parametrize("n_layers", [24, 30, 40, 62, 80, 96, 126])
+def test_megatron_flags_give_the_costed_interleaving(n_layers):
+    """Every (pp, vpp) the search allows (rules PP_LAYERS and VPP_LAYERS: L or L + 2 splits) comes out as
+    flags Megatron accepts and that run exactly vpp chunks per stage (llama2-13b: vpp 21 on pp 2 is one
+    layer per chunk with the embedding and the loss counted; gpt3-13b vpp 7 on pp 2, three)."""
+    from perfmodel import rules
+
+    model = pm.load_model("llama2-13b").model_copy(update={"n_layers": n_layers})
+    for pp in range(2, n_layers + 3):
+        for vpp in range(1, n_layers + 3):
+            x = {"n_layers": n_layers, "pp": pp, "vpp": vpp}
+            if rules.PP_LAYERS.broken(x) or rules.VPP_LAYERS.broken(x):
+                continue
+            row = dict(ROWS[0], tp=1, pp=pp, dp=1, vpp=vpp)
+            assert _megatron_split(megatron_flags(model, _job(), row), n_layers, pp) == vpp, (pp, vpp)
+
+
+def _torchtitan_stages(doc: dict, n_layers: int) -> int:
+    """torchtitan's pipeline split: ceil((n_layers + 1 + 1) / layers_per_stage) stages, or pp (1F1B) and
+    2 pp (looped schedules) when layers_per_stage is unset (distributed/pipeline_parallel.py)."""
+    par = doc["parallelism"]
+    lps = par.get("pipeline_parallel_layers_per_stage")
+    looped = par.get("pipeline_parallel_schedule") != "1F1B"
+    stages = -(-(n_layers + 2) // lps) if lps else par["pipeline_parallel_degree"] * (2 if looped else 1)
+    assert stages % par["pipeline_parallel_degree"] == 0
+    per_rank = stages // par["pipeline_parallel_degree"]
+    assert (per_rank == 1) if not looped else (per_rank >= 2)
+    return stages
+
+
+@pytest.mark.parametrize("n_layers", [16, 32, 40, 80, 126])
+def test_torchtitan_toml_gives_the_costed_stages(n_layers):
+    """Where the rule TT_PP_SPLIT lets torchtitan run pp x vpp stages, the TOML builds exactly those."""
+    from perfmodel import rules
+
+    model = pm.load_model("llama3-70b").model_copy(update={"n_layers": n_layers})
+    seen_rejected = False
+    for pp in (2, 4, 8, 16):
+        for vpp in range(1, 12):
+            x = {"n_layers": n_layers, "pp": pp, "vpp": vpp, "framework": "torchtitan"}
+            if rules.TT_PP_SPLIT.broken(x):
+                seen_rejected = True
+                continue
+            row = dict(ROWS[0], tp=1, pp=pp, dp=1, vpp=vpp, zero_stage=3)
+            doc = tomllib.loads(torchtitan_toml(model, _job(framework="torchtitan"), row))
+            assert _torchtitan_stages(doc, n_layers) == pp * vpp, (pp, vpp)
+    assert seen_rejected  # e.g. 80 layers on pp 8: no layer count per stage makes 80 stages
+
+
+def test_torchtitan_search_keeps_to_splits_torchtitan_runs():
+    from perfmodel.rules import torchtitan_split_ok
+
+    model = pm.load_model("llama3-70b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 256, 8)
+    res = run_search(model, cluster, pm.JobSpec(global_batch=64, seq_len=2048, framework="torchtitan"))
+    df = res.candidates
+    assert (df.pp > 1).any() and (df.vpp > 2).any()
+    assert bool(torchtitan_split_ok(80, df.pp.to_numpy(), df.vpp.to_numpy()).all())
+    assert any("torchtitan must be 1 or 2" in k for k in res.rejected)
+
+
+def test_emit_notes_say_what_the_target_cannot_carry():
+    from perfmodel.search.emit import emit_notes
+
+    model = pm.load_model("llama3-8b")
+    row = dict(ROWS[0], cp=4, cp_kind="ulysses", zero_stage=1, recompute="balanced", offload_fraction=0.5)
+    ds = emit_notes("deepspeed", model, _job("fp8", "megatron-kwai"), row)
+    assert any("tp=4 pp=8 cp=4 vpp=12" in n for n in ds) and any("fp8" in n for n in ds)
+    assert any("offload" in n for n in ds)
+    tt = emit_notes("torchtitan", model, _job("bf16", "megatron-kwai"), row)
+    assert any("ZeRO-1" in n for n in tt) and any("Ulysses" in n for n in tt) and any("balanced" in n for n in tt)
+    doc = tomllib.loads(torchtitan_toml(model, _job("fp8", "megatron-kwai"), row))
+    assert doc["activation_checkpoint"]["mode"] == "selective" and doc["model"]["converters"] == ["float8"]
+    mg = emit_notes("megatron", model, _job(), dict(ROWS[1]))
+    assert any("ZeRO++" in n for n in mg) and any("RMSNorm" in n for n in mg)
+    # nothing to say where the target carries everything (besides Megatron's normalization reminder)
+    assert emit_notes("deepspeed", model, _job(), dict(ROWS[3], tp=1)) == []
+
+
+def test_cli_emit_prints_and_returns_the_notes():
+    args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "64",
+            "--seq-len", "8192", "--precision", "fp8", "--framework", "deepspeed", "--emit", "deepspeed"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "# note: fp8 GEMMs come from Transformer Engine" in r.stdout
+    j = json.loads(runner.invoke(app, args + ["--json"]).stdout)
+    assert any("fp8" in n for n in j["emit"]["notes"])
+
+
+def test_explanation_names_the_cp_kind_zeropp_and_offload():
+    from perfmodel.search.explain import _diff_keys, describe
+
+    a = dict(ROWS[0], cp=4, cp_kind="ulysses", offload_fraction=0.0)
+    b = dict(a, cp_kind="ring")
+    assert _diff_keys(a, b) == "cp_kind ulysses vs ring"
+    assert "cp_kind=ulysses" in describe(a) and "cp_kind" not in describe(dict(a, cp=1))
+    c = dict(ROWS[1], offload_fraction=0.25)
+    assert "zero++=qwz,hpz,qgz" in describe(c) and "offload=0.25" in describe(c)
+    assert _diff_keys(c, dict(c, zeropp="", offload_fraction=0.0)) == "zero++ qwz,hpz,qgz vs none, offload 0.25 vs none"

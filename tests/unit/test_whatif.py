@@ -178,13 +178,82 @@ def test_a_gpu_swap_takes_the_new_gpus_nic_default_unless_the_bandwidth_was_stat
     """H100 nodes default to 8 x 400 Gbit/s, A100 (DGX A100) to 8 x 200: a what-if onto A100s of a cluster
     whose bandwidth was left to the default gets the A100's, one whose bandwidth was stated keeps it."""
     import perfmodel as pm
+    from perfmodel.calibration_profile import load_calibration
 
     job = pm.JobSpec(global_batch=64, seq_len=4096)
     model = pm.load_model("llama3-8b")
-    default = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8), job,
-                        {"gpu": ["a100-sxm4-80gb"]})
-    own = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8), job, {"gpu": ["a100-sxm4-80gb"]})
-    stated = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8, 3200.0), job,
-                       {"gpu": ["a100-sxm4-80gb"]})
+    h100 = pm.load_gpu("h100-sxm5-80gb")
+    default = pm.whatif(model, pm.ClusterSpec.build(h100, 64, 8), job, {"gpu": ["a100-sxm4-80gb"]})
+    # the same A100 cluster on the H100 cluster's network (the swap keeps its calibrated latency)
+    latency = load_calibration(None).for_network(h100, None)[1].scale_out_latency_us
+    own = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8, None, latency), job,
+                    {"gpu": ["a100-sxm4-80gb"]})
+    stated = pm.whatif(model, pm.ClusterSpec.build(h100, 64, 8, 3200.0), job, {"gpu": ["a100-sxm4-80gb"]})
     assert default.tokens_per_s_per_gpu.iloc[0] == own.tokens_per_s_per_gpu.iloc[0]
     assert stated.tokens_per_s_per_gpu.iloc[0] > default.tokens_per_s_per_gpu.iloc[0]
+
+
+def test_a_gpu_swap_keeps_the_network_and_takes_the_new_gpus_node_size():
+    """What if the same cluster had other GPUs: the fabric (its scale-out latency, calibrated with the
+    starting GPU) stays, so a GPU at least as fast in every respect is never slower at the same layout
+    (a V100 used to inherit a 20 us latency against the A100's calibrated 282 us, and win); a node size
+    left to the default is the new GPU's, so a what-if onto B200 from GB200 trays equals recommend on B200."""
+    import perfmodel as pm
+    from perfmodel.calibration_profile import load_calibration
+
+    model = pm.load_model("gpt3-1.3b")
+    a100 = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8, 3200.0)
+    par = pm.ParallelSpec(tp=8, pp=1, dp=4, cp=2, zero_stage=3)
+    job = pm.JobSpec(global_batch=512, seq_len=2048, precision="fp16")
+    df = pm.whatif(model, a100, job, {"gpu": ["v100-sxm3-32gb", "a100-sxm4-80gb", "h100-sxm5-80gb"]},
+                   mode="fixed", parallel=par)
+    assert list(df.status) == ["ok"] * 3
+    tps = df.tokens_per_s_per_gpu.to_numpy()
+    assert tps[0] <= tps[1] <= tps[2]
+
+    model = pm.load_model("llama3-70b")
+    job = pm.JobSpec(global_batch=288, seq_len=8192, framework="megatron-bridge")
+    gb200 = pm.ClusterSpec.build(pm.load_gpu("gb200"), 144)
+    assert not gb200.gpus_per_node_stated and gb200.gpus_per_node == 4
+    b200 = pm.ClusterSpec.build(pm.load_gpu("b200"), 144)
+    swapped = pm.whatif(model, gb200, job, {"gpu": ["b200"]})
+    latency = load_calibration(None).for_network(gb200.gpu, None)[1].scale_out_latency_us
+    direct = pm.search(model, b200.model_copy(update={"scale_out_latency_us": latency,
+                                                      "scale_out_latency_stated": True}), job, top=1)
+    assert swapped.tokens_per_s_per_gpu.iloc[0] == pytest.approx(direct.tokens_per_s_per_gpu.iloc[0], rel=1e-9)
+    stated = pm.whatif(model, pm.ClusterSpec.build(pm.load_gpu("gb200"), 144, 4), job, {"gpu": ["b200"]})
+    assert stated.tokens_per_s_per_gpu.iloc[0] != swapped.tokens_per_s_per_gpu.iloc[0]  # 4-GPU nodes kept
+
+
+def test_whatif_names_the_cp_kind_and_takes_the_layout_options_of_estimate(tmp_path):
+    """Best mode's winner is named fully (its CP kind); fixed mode accepts --cp-kind / --zeropp /
+    --offload-fraction, so it can cost what best mode found; a value listed twice is bad input."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from perfmodel.cli import app
+    from perfmodel.report.plots_whatif import _layout
+
+    base = ["whatif", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "512", "--seq-len", "8192",
+            "--global-batch", "512", "--vary", "gpus=512", "--json"]
+    best = json.loads(CliRunner().invoke(app, base).stdout)["points"][0]
+    assert best["cp"] > 1 and best["cp_kind"] in ("ring", "ulysses")
+    fixed = ["--mode", "fixed", *[a for k in ("tp", "pp", "cp", "vpp") for a in (f"--{k}", str(best[k]))],
+             "--micro-batch", str(best["micro_batch"]), "--zero-stage", str(best["zero_stage"]),
+             "--cp-kind", best["cp_kind"], "--recompute", best["recompute"]]
+    again = json.loads(CliRunner().invoke(app, base + fixed).stdout)["points"][0]
+    assert again["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-12)
+    assert _layout(dict(tp=2, pp=4, dp=16, cp=4, cp_kind="ulysses")) == "tp2 pp4 dp16 cp4-ulysses"
+    r = CliRunner().invoke(app, base[:-3] + ["--vary", "gpus=512,512"])
+    assert r.exit_code == 2 and "vary.gpus: lists 512 more than once" in r.stderr
+
+
+def test_numeric_sweeps_are_drawn_in_x_order():
+    import perfmodel as pm
+    from perfmodel.report.plots_whatif import whatif_figure
+
+    df = pm.whatif(pm.load_model("llama3-8b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8),
+                   pm.JobSpec(global_batch=256, seq_len=4096), {"gpus": [64, 8, 32, 16]})
+    line = whatif_figure(df).axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [8.0, 16.0, 32.0, 64.0]

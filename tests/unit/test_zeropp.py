@@ -192,3 +192,43 @@ def test_runs_path_reads_the_zeropp_column():
     assert list(status) == ["ok", "ok", "invalid", "invalid"]
     assert inputs["qwz"][0] == inputs["hpz"][0] == inputs["qgz"][0] == 1.0
     assert inputs["qwz"][1] == 0.0
+
+
+@pytest.mark.parametrize("keys, dp, expect", [
+    # DeepSpeed runtime/config.py _set_batch_related_parameters: the missing one from the others
+    ({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 16}, 8, (512, 4, 16)),
+    ({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4}, 8, (512, 4, 16)),
+    ({"train_batch_size": 512, "gradient_accumulation_steps": 16}, 8, (512, 4, 16)),
+    ({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 16}, 8, (512, 4, 16)),
+    ({"train_batch_size": 256}, 8, (256, 32, 1)),
+    ({"train_micro_batch_size_per_gpu": 2}, 8, (16, 2, 1)),
+    ({}, 8, None),
+])
+def test_deepspeed_batch_is_completed_as_deepspeed_does(keys, dp, expect):
+    assert parse_deepspeed_config(keys).batch(dp) == expect
+
+
+@pytest.mark.parametrize("keys, field", [
+    ({"train_batch_size": 512, "gradient_accumulation_steps": 3}, "train_batch_size"),  # micro 21: 21*3*8 != 512
+    ({"train_batch_size": 512, "train_micro_batch_size_per_gpu": 3}, "train_batch_size"),
+    ({"gradient_accumulation_steps": 3}, "gradient_accumulation_steps"),  # neither batch nor micro-batch
+    ({"train_batch_size": 4}, "train_batch_size"),  # fewer sequences than data-parallel ranks
+])
+def test_deepspeed_batch_contradictions_are_errors(keys, field):
+    with pytest.raises(InputError) as exc:
+        parse_deepspeed_config(keys).batch(8)
+    assert exc.value.field == f"deepspeed_config.{field}"
+
+
+def test_hpz_partition_size_is_counted_in_global_ranks():
+    """zero_hpz_partition_size is a number of consecutive global ranks (DeepSpeed
+    _create_zero_param_parallel_group): with tp 8, 16 ranks are 2 data-parallel members."""
+    from perfmodel.deepspeed_config import check_hpz_partition
+
+    check_hpz_partition(16, 64, dp=8, tp=8)
+    check_hpz_partition(64, 64, dp=8, tp=8)
+    for bad in (12, 128):  # not whole TP groups / beyond the data-parallel group
+        with pytest.raises(InputError):
+            check_hpz_partition(bad, 64, dp=8, tp=8)
+    with pytest.raises(InputError):
+        check_hpz_partition(16, 64, dp=8, tp=1)  # 16 members of an 8-member group
