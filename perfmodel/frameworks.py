@@ -69,7 +69,7 @@ class FrameworkProfile(BaseModel):
         "all-gathers the updated parameters after the optimizer step, instead of a reduce-scatter."
     )
     bf16_zero1_all_reduce_grads: bool = Field(
-        False, description="In bf16 runs with ZeRO-0/1, gradients are reduced as zero1_all_reduce_grads says: "
+        False, description="In bf16 runs with ZeRO-1, gradients are reduced as zero1_all_reduce_grads says: "
         "DeepSpeed's BF16_Optimizer accumulates fp32 gradients and its pipeline engine all-reduces them whole "
         "(runtime/pipe/engine.py _exec_reduce_grads -> _bf16_reduce_grads -> buffered_allreduce_fallback on "
         "optimizer.get_grads_for_reduction()), then the optimizer all-gathers the updated 16-bit parameters "
@@ -149,7 +149,8 @@ PROFILES: dict[str, FrameworkProfile] = {
         source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-0/1 gradients reduced after "
         "the last backward, not overlapped (DeepSpeed's pipeline schedule ends with ReduceGrads and OptimizerStep, "
         "runtime/pipe/schedule.py TrainSchedule; without pipelining DeepSpeedEngine.backward all-reduces at the "
-        "accumulation boundary); bf16 through BF16_Optimizer: fp32 gradient all-reduce, then the parameter all-gather",
+        "accumulation boundary); bf16 with ZeRO-1 through BF16_Optimizer: fp32 gradient all-reduce, then the "
+        "parameter all-gather",
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,

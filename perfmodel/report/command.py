@@ -48,7 +48,6 @@ def report(
     from perfmodel.cli import build_cluster, build_job, fail, framework_note
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.report import collect, write_report
-    from perfmodel.specs import ClusterSpec
 
     try:
         if not out.strip():  # an unset shell variable, not "here": say so rather than fill the current folder
@@ -62,8 +61,7 @@ def report(
         counts = parse_gpu_counts(scaling_gpus, "scaling_gpus")
         for n in counts or ():  # each count as a cluster of this kind (the last node may be part-used)
             try:
-                ClusterSpec.build(cluster.gpu, n, min(cluster.gpus_per_node, n), cluster.scale_out_gbit_per_s_per_node,
-                                  cluster.stated_latency_us, network=cluster.network)
+                cluster.resized(n)
             except ValidationError as exc:
                 raise from_validation_error(exc, prefix="scaling_gpus") from None
         runs_df = None

@@ -50,13 +50,13 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
     numeric = x_var in NUMERIC
     xs = list(dict.fromkeys(df[x_var]))
     if numeric:
-        xs = sorted(xs)
+        xs = sorted(xs, key=float)
     width = 0.8 / max(len(series), 1)
     for ax, (col, label, scale) in zip(axes, PANELS):
         for k, sv in enumerate(series):
             sub = ok if sv is None else ok[ok[s_var] == sv]
             if numeric:  # a line joins the points in x order, whatever order the sweep gave
-                sub = sub.sort_values(x_var, kind="stable")
+                sub = sub.sort_values(x_var, kind="stable", key=lambda col: col.astype(float))
             name = _fmt(s_var, sv) if s_var else "best config" if df.attrs.get("mode") == "best" else "fixed config"
             color = category_color(k) if s_var else SERIES["throughput" if col != "mfu" else "mfu"]
             y = sub[col].to_numpy(dtype=float) * scale

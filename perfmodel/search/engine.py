@@ -312,10 +312,7 @@ def _cluster_with(cluster: ClusterSpec, n_gpus: int) -> ClusterSpec:
     if n_gpus <= 0:
         raise InputError("gpus_range", f"must hold positive integers (got {n_gpus})")
     try:
-        return ClusterSpec.build(
-            cluster.gpu, n_gpus, min(cluster.gpus_per_node, n_gpus), cluster.scale_out_gbit_per_s_per_node,
-            cluster.stated_latency_us, network=cluster.network,
-        )
+        return cluster.resized(n_gpus)
     except ValidationError as exc:
         raise from_validation_error(exc, prefix="gpus_range") from None
 

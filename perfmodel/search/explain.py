@@ -22,7 +22,8 @@ _SHORT = {"micro_batch": "mb", "zero_stage": "zero", "zeropp": "zero++", "offloa
 
 
 def _extra(row, k):
-    """An optional dimension's value, or None where it does not apply (ring CP is the default kind)."""
+    """An optional dimension's value, or None where it does not apply (the CP kind without cp > 1, no
+    ZeRO++ parts, no offloading)."""
     if k not in row:
         return None
     v = row[k]
@@ -66,6 +67,8 @@ def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None)
             (c["tp"] == t) & (c["cp"] == 1) & (c["vpp"] == 1) & (c["micro_batch"] == 1)
             & (c["sp"] == int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] * c["cp"] > 1, zero, 0))
             & (c["recompute"] == RECOMPUTE_SELECTIVE) & fits
+            # nothing the common default does not do: no activation offloading, no ZeRO++
+            & (c["offload_fraction"] == 0) & ~np.any([c[k] > 0 for k in ("qwz", "hpz", "qgz") if k in c], axis=0)
         )
         idx = np.flatnonzero(m)
         if idx.size:
@@ -83,8 +86,10 @@ def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
 
 def _diff_keys(a, b) -> str:
     diffs = [f"{_SHORT.get(k, k)} {a[k]} vs {b[k]}" for k in CONFIG_KEYS if a[k] != b[k]]
+    # the CP kind only where both split the sequence (a cp change is listed already)
     diffs += [f"{_SHORT.get(k, k)} {_extra(a, k) or 'none'} vs {_extra(b, k) or 'none'}"
-              for k in EXTRA_KEYS if _extra(a, k) != _extra(b, k)]
+              for k in EXTRA_KEYS if _extra(a, k) != _extra(b, k)
+              and (k != "cp_kind" or (_extra(a, k) is not None and _extra(b, k) is not None))]
     if "n_gpus" in a and a["n_gpus"] != b["n_gpus"]:
         diffs.insert(0, f"gpus {a['n_gpus']} vs {b['n_gpus']}")
     return ", ".join(diffs) or "same layout"

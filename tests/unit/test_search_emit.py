@@ -333,3 +333,19 @@ def test_explanation_names_the_cp_kind_zeropp_and_offload():
     c = dict(ROWS[1], offload_fraction=0.25)
     assert "zero++=qwz,hpz,qgz" in describe(c) and "offload=0.25" in describe(c)
     assert _diff_keys(c, dict(c, zeropp="", offload_fraction=0.0)) == "zero++ qwz,hpz,qgz vs none, offload 0.25 vs none"
+
+
+def test_the_common_default_never_offloads_and_cp_kind_differs_only_between_split_sequences():
+    from perfmodel.search.explain import _diff_keys
+
+    model = pm.load_model("llama3-70b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 32, 8)
+    res = run_search(model, cluster, pm.JobSpec(global_batch=64, seq_len=16384, framework="megatron-kwai"), top=3)
+    from perfmodel.search.explain import default_row
+
+    for ev in res.evaluated:
+        i = default_row(ev, 8, "megatron-kwai")
+        if i is not None:
+            assert ev.configs["offload_fraction"][i] == 0
+    a = dict(ROWS[0], cp=1, cp_kind="ring")
+    assert _diff_keys(a, dict(a, cp=2)) == "cp 1 vs 2"

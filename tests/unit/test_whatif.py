@@ -257,3 +257,21 @@ def test_numeric_sweeps_are_drawn_in_x_order():
                    pm.JobSpec(global_batch=256, seq_len=4096), {"gpus": [64, 8, 32, 16]})
     line = whatif_figure(df).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [8.0, 16.0, 32.0, 64.0]
+
+
+def test_a_gpu_count_sweep_from_a_small_job_takes_the_gpus_node_size():
+    """A job of 4 GPUs sits on a 4-GPU slice of an 8-GPU node (build_cluster); swept to 64 GPUs, nodes
+    left to the default are whole 8-GPU nodes again, as a 64-GPU job states them; a stated size stays."""
+    from perfmodel.cli import build_cluster
+
+    job = pm.JobSpec(global_batch=256, seq_len=4096)
+    par = pm.ParallelSpec(tp=2, pp=1, zero_stage=1)
+    small = pm.whatif("llama3-8b", build_cluster("h100-sxm5-80gb", 4, None, None, None), job, {"gpus": [64]},
+                      mode="fixed", parallel=par)
+    big = pm.whatif("llama3-8b", build_cluster("h100-sxm5-80gb", 64, None, None, None), job, {"gpus": [64]},
+                    mode="fixed", parallel=par)
+    assert small.tokens_per_s_per_gpu.iloc[0] == big.tokens_per_s_per_gpu.iloc[0]
+    stated = pm.whatif("llama3-8b", build_cluster("h100-sxm5-80gb", 4, 4, None, None), job, {"gpus": [64]},
+                       mode="fixed", parallel=par)
+    assert stated.tokens_per_s_per_gpu.iloc[0] != big.tokens_per_s_per_gpu.iloc[0]
+    assert build_cluster("h100-sxm5-80gb", 4, None, None, None).resized(64).gpus_per_node == 8

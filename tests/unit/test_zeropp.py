@@ -232,3 +232,15 @@ def test_hpz_partition_size_is_counted_in_global_ranks():
             check_hpz_partition(bad, 64, dp=8, tp=8)
     with pytest.raises(InputError):
         check_hpz_partition(16, 64, dp=8, tp=1)  # 16 members of an 8-member group
+
+
+def test_hpz_partition_rules_that_only_the_rank_count_catches():
+    """Cases the world-size divisibility alone lets through: 4 ranks are half a TP-8 group; 64 ranks with
+    tp 4 are 16 data-parallel members of an 8-member group."""
+    from perfmodel.deepspeed_config import check_hpz_partition
+
+    for hpz, tp, dp in ((4, 8, 8), (64, 4, 8)):
+        assert 64 % hpz == 0
+        with pytest.raises(InputError):
+            check_hpz_partition(hpz, 64, dp=dp, tp=tp)
+    check_hpz_partition(32, 64, dp=16, tp=4)  # 8 members of 16
