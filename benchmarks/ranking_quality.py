@@ -22,7 +22,7 @@ from scipy.stats import spearmanr
 from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
 from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, source_slug
 
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "runs" / "calibration_runs.csv"
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
 GROUP_KEYS = ["source_slug", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "gpu",
               "n_gpus", "seq_len", "global_batch"]
 
