@@ -288,7 +288,7 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
     if c["offload"] > 0 and target != "megatron":
         notes.append(f"activation offloading ({c['offload']:g} of a micro-batch) is Megatron-Kwai's: "
                      f"{target} cannot express it")
-    if target != "megatron" and c["zeropp"] and target != "deepspeed":
+    if target == "torchtitan" and c["zeropp"]:
         notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) is DeepSpeed's: {target} cannot express it")
     return notes
 
