@@ -64,3 +64,23 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
         raise InputError(field, f"cannot read file ({exc.strerror or exc})", where=str(path)) from None
     except UnicodeDecodeError:
         raise InputError(field, "not a text file (not valid UTF-8)", where=str(path)) from None
+
+
+def write_file_atomic(path, content: bytes, mode: int = 0o644) -> None:
+    """Write ``content`` through a temporary file in the same folder, then rename: ``path`` holds either
+    the whole new content or what it held before. ``mode``: mkstemp makes 0600, an output is meant to be
+    read by others. OSError propagates (the caller names the field); no temporary file is left."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -130,19 +130,15 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     if "zeropp_on" in values:
         shown["zeropp_on"] = zpp
     n = int(values.get("gpus", cluster.n_gpus))
-    # a bandwidth or node size neither swept nor stated is the (swept) GPU's default, as for the base cluster
-    bw = values.get("scale_out_gbit_per_s", cluster.scale_out_gbit_per_s_per_node if cluster.scale_out_stated else None)
-    bw = float(bw) if bw is not None else None
-    swapped = gpu.name != cluster.gpu.name
-    gpn = cluster.gpus_per_node if cluster.gpus_per_node_stated else gpu.default_gpus_per_node
+    # a bandwidth or node size neither swept nor stated is the (swept) GPU's default (ClusterSpec.resized)
+    bw = float(values["scale_out_gbit_per_s"]) if "scale_out_gbit_per_s" in values else None
     # the network stays: a swapped GPU keeps the fabric's scale-out latency (the stated one, else the
     # calibrated one of the starting GPU and fabric), not the latency calibrated with its own kind
-    latency = cluster.stated_latency_us
-    if swapped and latency is None:
+    latency = None
+    if gpu.name != cluster.gpu.name and cluster.stated_latency_us is None:
         latency = cal.for_network(cluster.gpu, cluster.network)[1].scale_out_latency_us
     try:
-        c = ClusterSpec.build(gpu, n, min(gpn, n), bw, latency, network=cluster.network).model_copy(
-            update={"gpus_per_node_stated": cluster.gpus_per_node_stated})
+        c = cluster.resized(n, gpu, bw, latency)
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:
         return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 import sys
 
@@ -31,7 +29,7 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
-from perfmodel.errors import InputError, NothingUsable
+from perfmodel.errors import InputError, NothingUsable, write_file_atomic
 from perfmodel.limits import MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.structured_text import dump_yaml
@@ -141,18 +139,11 @@ def _write_atomic(profile: dict, out: Path) -> None:
     whole profile or untouched. An OS failure is reported against ``out`` and the user's path,
     never the temporary file."""
     out = Path(out)
-    tmp: str | None = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(dump_yaml(profile, sort_keys=False))
-        os.replace(tmp, out)
+        write_file_atomic(out, dump_yaml(profile, sort_keys=False).encode("utf-8"))
     except OSError as exc:
         raise InputError("out", f"cannot write {out} ({exc.strerror or exc})") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def run_calibration(

@@ -1,11 +1,10 @@
 """Write a report: the HTML page, the same plots as PNG files and the candidates as CSV."""
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfmodel.errors import write_file_atomic
 from perfmodel.report.data import ReportData
 from perfmodel.report.document import render
 from perfmodel.report.figures import png_bytes
@@ -53,18 +52,6 @@ def figures(data: ReportData) -> dict:
     return figs
 
 
-def _write_atomic(path: Path, content: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(content)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a report is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _csv_bytes(df, **kwargs) -> bytes:
     return df.to_csv(**kwargs).encode("utf-8")
 
@@ -93,7 +80,7 @@ def write_report(data: ReportData, out_dir: str | Path) -> ReportFiles:
         if name not in files and (out / name).is_file():
             (out / name).unlink()
     for name, content in files.items():
-        _write_atomic(out / name, content)
+        write_file_atomic(out / name, content)
     pngs = {name: out / PNG_FILES[name] for name in images}
     return ReportFiles(out / HTML_FILE, pngs, out / CANDIDATES_CSV, out / SCALING_CSV,
                        out / RUNS_CSV if data.runs is not None else None)

@@ -111,7 +111,7 @@ def whatif_command(
         from perfmodel.report.figures import png_bytes
         from perfmodel.report.plots_whatif import whatif_figure
 
-        from perfmodel.report.build import _write_atomic
+        from perfmodel.errors import write_file_atomic
 
         if out.exists() and not out.is_dir():
             fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
@@ -122,7 +122,7 @@ def whatif_command(
         try:
             out.mkdir(parents=True, exist_ok=True)
             for name, content in files.items():
-                _write_atomic(out / name, content)
+                write_file_atomic(out / name, content)
         except OSError as exc:
             fail(InputError("out", f"cannot write the what-if ({exc.strerror})",
                             where=str(exc.filename2 or exc.filename or out)))

@@ -257,13 +257,17 @@ class ClusterSpec(BaseModel):
             network=network,
         )
 
-    def resized(self, n_gpus: int) -> "ClusterSpec":
-        """This kind of cluster with ``n_gpus`` GPUs: what was stated (node size, NIC bandwidth, latency)
-        is kept, what was the GPU's default is its default again for the new size (a node never holds
-        more GPUs than the job, as ``perfmodel.cli.build_cluster`` takes it)."""
-        gpn = self.gpus_per_node if self.gpus_per_node_stated else self.gpu.default_gpus_per_node
-        bw = self.scale_out_gbit_per_s_per_node if self.scale_out_stated else None
-        cluster = ClusterSpec.build(self.gpu, n_gpus, min(gpn, n_gpus), bw, self.stated_latency_us,
+    def resized(self, n_gpus: int, gpu: AcceleratorSpec | None = None,
+                scale_out_gbit_per_s_per_node: float | None = None,
+                scale_out_latency_us: float | None = None) -> "ClusterSpec":
+        """This kind of cluster with ``n_gpus`` GPUs (of ``gpu``, default this one's): what was stated
+        (node size, NIC bandwidth, latency) is kept unless given here, what was the GPU's default is the
+        (new) GPU's default for the new size (a node never holds more GPUs than the job, as
+        ``perfmodel.cli.build_cluster`` takes it)."""
+        gpu = gpu or self.gpu
+        gpn = self.gpus_per_node if self.gpus_per_node_stated else gpu.default_gpus_per_node
+        bw = scale_out_gbit_per_s_per_node or (self.scale_out_gbit_per_s_per_node if self.scale_out_stated else None)
+        cluster = ClusterSpec.build(gpu, n_gpus, min(gpn, n_gpus), bw, scale_out_latency_us or self.stated_latency_us,
                                     network=self.network)
         return cluster.model_copy(update={"gpus_per_node_stated": self.gpus_per_node_stated})
 
