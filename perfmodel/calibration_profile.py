@@ -19,7 +19,7 @@ from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
 from perfmodel.errors import InputError, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import strict_number
 from perfmodel.structured_text import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -43,14 +43,19 @@ GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_
 
 #: a fitted value: a number, never a boolean (frameworks are checked field by field by
 #: FrameworkProfile, whose on/off switches are written as true/false)
-Number = Annotated[float, BeforeValidator(not_a_boolean)]
+Number = Annotated[float, BeforeValidator(strict_number)]
+
+
+def _not_text(value):
+    """A framework entry is a number or a true/false switch (FrameworkProfile checks which), never text."""
+    return value if isinstance(value, bool) else strict_number(value, "a number or true/false")
 
 
 class Calibration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     constants: dict[str, Number] = Field(default_factory=dict, description="Overrides of CostConstants.")
-    frameworks: dict[str, dict[str, float | bool]] = Field(default_factory=dict, description="Per-framework overrides.")
+    frameworks: dict[str, dict[str, Annotated[float | bool, BeforeValidator(_not_text)]]] = Field(default_factory=dict, description="Per-framework overrides.")
     gpus: dict[str, dict[str, Number]] = Field(default_factory=dict, description="Per-GPU overrides.")
     networks: dict[str, dict[str, Number]] = Field(
         default_factory=dict,
@@ -169,11 +174,31 @@ def _check_gpu_override(name: str, over: dict, where: str) -> None:
     for key, value in over.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise InputError(f"calibration.gpus.{name}.{key}", f"must be a finite number (got {value!r})", where=where)
-    template = load_gpu(name if name in gpu_names() else "h100-sxm5-80gb")
+    known = gpu_names()
+    near = [g for g in known if g.lower() == str(name).strip().lower() and g != name]
+    if near:  # a catalog GPU spelled in another case would never be applied
+        raise InputError(f"calibration.gpus.{name}", f"unknown GPU name; the catalog spells it {near[0]!r}", where=where)
+    template = load_gpu(name if name in known else "h100-sxm5-80gb")
     try:
         AcceleratorSpec(**{**template.model_dump(), **over})
     except ValidationError as exc:
         raise from_validation_error(exc, f"calibration.gpus.{name}", where=where) from None
+
+
+def _lower_case_networks(data: dict, where: str) -> dict:
+    """Fabric names are matched lower-case (``--network EFA`` finds ``efa``): a file's ``EFA:`` entry is
+    the same fabric, so its key is lower-cased here; two spellings of one fabric are refused."""
+    nets = data.get("networks")
+    if not isinstance(nets, dict):
+        return data
+    lowered: dict = {}
+    for key, over in nets.items():
+        name = str(key).strip().lower()
+        if name in lowered:
+            raise InputError(f"calibration.networks.{key}", f"names the fabric {name!r} a second time "
+                             "(fabric names are matched case-insensitively)", where=where)
+        lowered[name] = over
+    return {**data, "networks": lowered}
 
 
 def load_calibration(path: str | Path | None) -> Calibration:
@@ -200,6 +225,7 @@ def _load(path_str: str) -> Calibration:
     data = load_yaml(text, "calibration", str(path))
     if not isinstance(data, dict):
         raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
+    data = _lower_case_networks(data, str(path))
     try:
         cal = Calibration(**data)
         try:

@@ -42,6 +42,7 @@ def fail(exc: Exception) -> None:
 def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
     from perfmodel.catalog import load_gpu
     from perfmodel.specs import ClusterSpec
+    from perfmodel.specs.hardware import check_network_name, check_node_size
 
     if gpus <= 0:
         raise InputError("gpus", f"must be a positive integer (got {gpus})")
@@ -51,8 +52,10 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if scale_out is not None and not (0 < scale_out < float("inf")):
         raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
+    check_network_name(network)
     spec = load_gpu(gpu)
     gpn = gpus_per_node or min(spec.default_gpus_per_node, gpus)
+    check_node_size(spec, gpn, scale_out)
     cluster = ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
     return cluster.model_copy(update={"gpus_per_node_stated": gpus_per_node is not None})
 
@@ -97,10 +100,10 @@ def estimate(
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel size (default: gpus/(tp*pp*cp)).")] = None,
     cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per micro-batch.")] = 1,
+    micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per micro-batch (default 1).")] = None,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
-    zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3.")] = 1,
-    zeropp: Annotated[str, typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = "",
+    zero_stage: Annotated[Optional[int], typer.Option("--zero-stage", help="ZeRO stage 0..3 (default 1).")] = None,
+    zeropp: Annotated[Optional[str], typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = None,
     recompute: Annotated[str, typer.Option(help="none, selective, full or balanced.")] = "none",
     cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses.")] = "ring",
     offload_fraction: Annotated[
@@ -112,7 +115,7 @@ def estimate(
     deepspeed_config: Annotated[
         Optional[Path],
         typer.Option("--deepspeed-config", help="DeepSpeed config JSON: sets zero stage, ZeRO++ (qwZ/hpZ/qgZ), "
-                     "micro-batch, accumulation and bf16/fp16 (overrides those options)."),
+                     "micro-batch, accumulation and bf16/fp16 (an option given beside it must agree)."),
     ] = None,
     json_out: JsonOpt = False,
 ):
@@ -127,18 +130,23 @@ def estimate(
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive integer (got {gpus})")
         for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
-            if value <= 0:
+            if value is not None and value <= 0:
                 raise InputError(name, f"must be a positive integer (got {value})")
         if deepspeed_config is not None:
-            from perfmodel.deepspeed_config import check_hpz_partition, load_deepspeed_config
+            from perfmodel.deepspeed_config import check_hpz_partition, check_options_agree, load_deepspeed_config
 
             ds = load_deepspeed_config(deepspeed_config)
+            check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             precision = ds.precision or precision
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
             resolved = ds.batch(dp_ds)
             if resolved is not None:
-                implied, micro_batch, _ = resolved
+                implied, resolved_micro, _ = resolved
+                if micro_batch is not None and micro_batch != resolved_micro:
+                    raise InputError("micro_batch", f"--micro-batch {micro_batch} contradicts the config's batch keys "
+                                     f"(micro-batch {resolved_micro} at dp {dp_ds}); give one or the other")
+                micro_batch = resolved_micro
                 if implied != global_batch:
                     key = "train_batch_size" if ds.train_batch_size is not None else (
                         "gradient_accumulation_steps" if ds.gradient_accumulation_steps is not None
@@ -148,6 +156,9 @@ def estimate(
                         f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
+        zero_stage = 1 if zero_stage is None else zero_stage
+        zeropp = zeropp or ""
+        micro_batch = 1 if micro_batch is None else micro_batch
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
@@ -237,6 +248,7 @@ def validate(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.errors import write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
     try:
@@ -246,9 +258,11 @@ def validate(
         fail(exc)
     if out.is_dir():
         fail(InputError("out", "is a folder; give a CSV file path", where=str(out)))
+    if out.exists() and out.resolve() == runs_csv.resolve():
+        fail(InputError("out", "is the runs CSV being validated; give another file for the predictions", where=str(out)))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        pred.to_csv(out, index=False)
+        write_file_atomic(out, pred.to_csv(index=False).encode("utf-8"))
     except OSError as exc:
         fail(InputError("out", f"cannot write {out} ({exc.strerror or exc})"))
     table, summary = error_table(df, pred)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import strict_boolean, strict_number
 
 #: the longest fixed overhead (per layer, micro-batch, send/recv or step) a profile may state: an hour
 MAX_OVERHEAD_S = 3600.0
@@ -24,8 +24,12 @@ class FrameworkProfile(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_are_not_booleans(cls, value, info):
-        # the on/off switches take true/false; a number field given one is a typo, not 1.0 or 0.0
-        return not_a_boolean(value) if cls.model_fields[info.field_name].annotation is float else value
+        # the on/off switches take true/false, the numbers numbers: 0, 'no' or '0.5' is a typo, not a
+        # switch or a value to coerce
+        annotation = cls.model_fields[info.field_name].annotation
+        if annotation is float:
+            return strict_number(value)
+        return strict_boolean(value) if annotation is bool else value
 
     flash_attention: bool = Field(True, description="Fused flash attention (Dao et al. 2022) is used.")
     flash_pads_misaligned_heads: bool = Field(

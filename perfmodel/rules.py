@@ -47,6 +47,16 @@ KWAI_FEATURES = frozenset({"megatron-kwai"})
 ULYSSES_FRAMEWORKS = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "deepspeed",
                                 "megatron-deepspeed"})
 
+#: stacks whose pipeline schedules are not interleaved: DeepSpeed's PipelineEngine runs TrainSchedule, a
+#: 1F1B over one stage per rank (deepspeed/runtime/pipe/schedule.py), which Megatron-DeepSpeed and GPT-NeoX
+#: use; nanotron's engines are AllForwardAllBackward and OneForwardOneBackward (nanotron/parallel/
+#: pipeline_parallel/engine.py)
+NO_INTERLEAVING = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "nanotron"})
+#: stacks without ring (K/V-passing) context parallelism: DeepSpeed and the Megatron-DeepSpeed/GPT-NeoX
+#: family split the sequence with DeepSpeed-Ulysses all-to-all only (--ds-sequence-parallel-size);
+#: OneFlow's GPT and the flash-attention training scripts have no sequence split at all
+NO_RING_CP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "oneflow", "flash-attn"})
+
 #: stacks on Transformer Engine attention: a head dimension flash and cuDNN's fused attention do not
 #: take (not a multiple of 8, or above 256) leaves them UnfusedDotProductAttention, which has no context
 #: parallelism (TE dot_product_attention/utils.py: "Disabling UnfusedDotProductAttention as it does not
@@ -217,6 +227,11 @@ TE_CP_HEAD_DIM = Rule(
     lambda x: (x["cp"] > 1) & _framework_in(x, TE_ATTENTION) & (
         (np.mod(x["head_dim"], HEAD_DIM_ALIGN) != 0) | (x["head_dim"] > FLASH_MAX_HEAD_DIM)),
     ("cp", "head_dim", "framework"))
+VPP_STACK = Rule(26, "vpp", "must be 1 in this framework (its pipeline schedule is not interleaved)",
+                 lambda x: (x["vpp"] > 1) & _framework_in(x, NO_INTERLEAVING), ("vpp", "framework"))
+RING_CP_STACK = Rule(27, "cp", "with cp_kind ring needs a framework that has ring context parallelism",
+                     lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 0) & _framework_in(x, NO_RING_CP),
+                     ("cp", "framework"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -229,7 +244,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
-                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT)
+                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

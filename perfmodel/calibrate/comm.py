@@ -130,9 +130,12 @@ def comm_result(
 def _comm(op, size_bytes, n_gpus, gpus_per_node, gpu, scale_out_gbit_per_s_per_node, network, calibration):
     """(``comm_result``'s dict, the collective inputs it was costed with)."""
     from perfmodel.catalog import load_gpu
+    from perfmodel.specs.hardware import check_network_name, check_node_size
 
     check_request(op, size_bytes, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node)
+    check_network_name(network)
     spec = gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
+    check_node_size(spec, gpus_per_node, scale_out_gbit_per_s_per_node)
     cal = calibration if calibration is not None else load_calibration(None)
     inputs = collective_inputs(spec, n_gpus, gpus_per_node, scale_out_gbit_per_s_per_node, network, op, cal)
     time_s = float(collective_time(op, size_bytes, n_gpus, inputs))

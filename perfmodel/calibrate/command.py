@@ -252,6 +252,7 @@ def run_calibration(
         inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p),
                        "points": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
         echo(f"trace {p}: kernel time by category (s) {cats}")
+        refused.append(str(p))  # summarised and compared, nothing fitted
         if len(summary.nccl_collectives):
             by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()
             echo(f"  NCCL median busbw (GB/s) by collective: {by}")
@@ -277,6 +278,8 @@ def run_calibration(
         echo(f"log {p}: {len(log)} iteration lines, {what}"
              + ("" if point is not None else "; no Megatron arguments block, so no configuration to predict: "
                 "nothing fitted from it"))
+        if point is None:
+            refused.append(str(p))
     if gpus_over:
         merged = {**cal.gpus}
         for k, v in gpus_over.items():
@@ -372,7 +375,7 @@ def run_calibration(
             f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}}})
     if refused and not applied_from:
         # every fit was refused (on its bound, nothing usable): a profile would only restate the base one
-        raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see the warnings); no profile written")
+        raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see above); no profile written")
     provenance = {
         **cal.provenance,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

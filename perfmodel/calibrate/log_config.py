@@ -13,9 +13,10 @@ from pydantic import ValidationError
 
 from perfmodel.errors import InputError, from_validation_error
 from perfmodel.frameworks import framework_profile
+from perfmodel.limits import MAX_COUNT, MAX_GPUS
 from perfmodel.calibrate.parsers.megatron_args import MegatronArguments, arg_value
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
-from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.specs.hardware import AcceleratorSpec, check_node_size
 
 #: GPT-2 BPE's vocabulary (Megatron's GPT2BPETokenizer reads gpt2-vocab.json: 50,257 entries)
 GPT2_BPE_VOCAB = 50257
@@ -35,13 +36,14 @@ def _get(args: dict, name: str, where: str, default=InputError):
     return value
 
 
-def _whole(args: dict, name: str, where: str, default=InputError) -> int:
+def _whole(args: dict, name: str, where: str, default=InputError, maximum: int = MAX_COUNT) -> int:
+    """A positive whole argument, at most ``maximum`` (the limits the CLI options have)."""
     value = _get(args, name, where, default)
     if isinstance(value, float) and value.is_integer():  # Megatron-DeepSpeed: --zero-stage default 1.0
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InputError(name, f"must be a whole number > 0 in the arguments block (got {args.get(name)!r})",
-                         _at(args, name, where))
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= maximum:
+        raise InputError(name, f"must be a whole number from 1 to {maximum:,} in the arguments block "
+                         f"(got {args.get(name)!r})", _at(args, name, where))
     return value
 
 
@@ -124,7 +126,7 @@ def megatron_log_specs(
     tp = _whole(args, "tensor_model_parallel_size", where, 1)
     pp = _whole(args, "pipeline_model_parallel_size", where, 1)
     cp = _whole(args, "context_parallel_size", where, 1)
-    world = _whole(args, "world_size", where)
+    world = _whole(args, "world_size", where, maximum=MAX_GPUS)
     if world % (tp * pp * cp):
         raise InputError("world_size", f"must be a multiple of tp x pp x cp = {tp * pp * cp} (got {world})",
                          _at(args, "world_size", where))
@@ -148,6 +150,7 @@ def megatron_log_specs(
             tied_embeddings=not _flag(args, "untie_embeddings_and_output_weights"),
             source=f"Megatron arguments block of {where}",
         )
+        check_node_size(gpu, gpus_per_node or gpu.default_gpus_per_node, scale_out_gbit_per_s)
         cluster = ClusterSpec.build(gpu, world, gpus_per_node, scale_out_gbit_per_s, network=network)
         parallel = ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=_whole(args, "virtual_pipeline_model_parallel_size", where, 1),

@@ -5,6 +5,8 @@ Face ``config.json``; ``load_gpu`` takes a catalog name or a hardware-profile YA
 """
 from __future__ import annotations
 
+import sys
+
 from functools import lru_cache
 from pathlib import Path
 
@@ -41,14 +43,23 @@ def _looks_like_path(ref: str) -> bool:
     return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
 
 
-def _informational_length(value) -> int | None:
-    """The trained context length, kept for reference only (no cost reads it): a whole positive
-    number within the model's bound, else not kept (a config's 1e30 'unbounded' marker, say)."""
+#: where a config.json states its trained context length, first found wins
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def _informational_length(value, where: str, key: str, used: bool) -> int | None:
+    """The trained context length: a whole positive number; one beyond the model's bound is not kept (a
+    config's 1e30 'unbounded' marker, say). Where it sizes a learned position table (``used``), anything
+    else is an error; elsewhere no cost reads it and it is only not kept."""
     from perfmodel.specs.model import MAX_SEQ_LEN
 
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_SEQ_LEN:
+    if value is None:
         return None
-    return int(value) if float(value).is_integer() else None
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0 and float(value).is_integer()
+    if not ok and used:
+        raise InputError(f"model.{key}", f"the context length sizes the learned position table: it must be a "
+                         f"positive whole JSON number (got {value!r:.40})", where=where)
+    return int(value) if ok and value <= MAX_SEQ_LEN else None
 
 
 #: transformers' ACT2FN names of the activations a dense MLP uses: the GELU variants and ReLU cost as a
@@ -119,6 +130,15 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         if experts > 1:
             raise InputError("model", f"mixture-of-experts ({key}={experts}) is not modelled (dense transformers only)",
                              where=where)
+    for key in ("kv_lora_rank", "q_lora_rank"):
+        if cfg.get(key) is not None:  # DeepSeek-V2/V3: low-rank compressed keys/values and queries
+            raise InputError(f"model.{key}", "multi-head latent attention (MLA) is not modelled (standard or grouped-"
+                             "query attention only)", where=where)
+    window = cfg.get("sliding_window")
+    if window is not None and cfg.get("use_sliding_window") is not False:
+        # a local window cuts attention to s * w, the model costs the full causal s^2 / 2: an upper bound
+        print(f"note: {where}: sliding_window ({window!r}) is not modelled: attention is costed as full causal "
+              "attention (an upper bound on its time where the sequence is longer than the window)", file=sys.stderr)
     head_dim = integer("head_dim", "head_dim")
     if head_dim is not None and head_dim * heads != hidden:
         raise InputError("model.head_dim", f"head_dim * num_attention_heads ({head_dim}*{heads}) must equal "
@@ -157,6 +177,7 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     elif not isinstance(tied, bool):
         raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
                          f"(got {tied!r})", where=where)
+    learned = model_type in ("gpt2", "opt", "gpt_bigcode")  # learned absolute position embeddings
     data = dict(
         name=name,
         n_layers=layers,
@@ -169,8 +190,8 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         vocab_size=vocab,
         mlp="swiglu" if gated else ("relu2" if act == "relu2" else "gelu"),  # Nemotron: squared ReLU
         tied_embeddings=tied,
-        learned_pos_emb=model_type in ("gpt2", "opt", "gpt_bigcode"),
-        max_seq_len=_informational_length(pick("max_position_embeddings", "n_positions", "n_ctx")),
+        learned_pos_emb=learned,
+        max_seq_len=_informational_length(pick(*CONTEXT_KEYS), where, found(*CONTEXT_KEYS), used=learned),
         source=where,
     )
     try:

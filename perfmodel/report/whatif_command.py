@@ -40,7 +40,13 @@ def parse_vary(items: list[str]) -> dict[str, list]:
     return out
 
 
+#: options that describe the one configuration of --mode fixed
+FIXED_ONLY = ("tp", "pp", "cp", "vpp", "micro_batch", "sp", "zero_stage", "recompute", "cp_kind", "zeropp",
+              "offload_fraction")
+
+
 def whatif_command(
+    ctx: typer.Context,
     model: ModelOpt,
     gpu: GpuOpt,
     gpus: GpusOpt,
@@ -92,6 +98,12 @@ def whatif_command(
         if "gpu" not in sweep:  # every point runs on the base GPU: a precision it lacks is bad input
             check_precision(cluster.gpu, job.precision)
         par = None
+        if mode != "fixed":  # the search picks the configuration at each point: a given one would be ignored
+            # (by name: typer may bring its own copy of click and its ParameterSource enum)
+            given = [n for n in FIXED_ONLY if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
+            if given:
+                raise InputError(given[0], f"--{given[0].replace('_', '-')} describes the configuration of --mode "
+                                 f"fixed; --mode {mode} searches the configuration at every point")
         if mode == "fixed":
             try:
                 par = ParallelSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,

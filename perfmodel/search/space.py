@@ -130,7 +130,8 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 2: schedule (vpp, micro-batch) ---------------------------------------------------
     job_x = rules.job_values(model, cluster, job)
     x = _expand(x, {"vpp": vpp_vals, "micro_batch": mb_vals})
-    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TT_PP_SPLIT),
+    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TT_PP_SPLIT,
+                            rules.VPP_STACK),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason2, n_late)
     x = _keep(x, reason2 == OK)
@@ -149,7 +150,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
     reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED,
-                            rules.TE_CP_HEAD_DIM),
+                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)

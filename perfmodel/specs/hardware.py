@@ -24,6 +24,10 @@ MAX_GPUS_PER_DOMAIN = MAX_GPUS  # like --gpus
 MAX_LATENCY_US = 1e6  # a second per collective step
 
 
+#: the precisions a peak table may name (the GEMM benchmark CSV's dtypes are the same)
+PEAK_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
+
+
 class AcceleratorSpec(BaseModel):
     """One GPU as its datasheet states it, plus measured achievable matmul throughput."""
 
@@ -116,6 +120,10 @@ class AcceleratorSpec(BaseModel):
         for key in ("bf16", "fp16"):
             if key not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
+        unknown = sorted(set(self.peak_dense_tflop_per_s) - set(PEAK_PRECISIONS))
+        if unknown:
+            raise ValueError(f"peak_dense_tflop_per_s: unknown precision {unknown[0]!r} (known: "
+                             f"{', '.join(PEAK_PRECISIONS)})")
         domain, node = self.nvlink_domain_gpus, self.default_gpus_per_node
         if domain % node and node % domain:
             # nvlink_domain() could only guess what such a board means (it silently took the whole node)
@@ -169,6 +177,30 @@ class AcceleratorSpec(BaseModel):
     @property
     def intra_node_bandwidth_bytes_per_s(self) -> float:
         return gb_per_s_to_bytes_per_s(self.intra_node_bandwidth_gb_per_s)
+
+
+def check_network_name(network: str | None) -> None:
+    """A fabric name given must name one (blank is not 'no fabric': leave the option out for that)."""
+    from perfmodel.errors import InputError
+
+    if network is not None and not network.strip():
+        raise InputError("network", "must name a fabric (e.g. 'IB NDR', 'EFA'), not be empty; leave it out for none")
+
+
+def check_node_size(gpu: AcceleratorSpec, gpus_per_node: int, scale_out_gbit_per_s_per_node: float | None) -> None:
+    """A node size the model can cost: at most ``MAX_GPUS`` GPUs, and, when the NIC bandwidth is the
+    GPU's default (its NICs per GPU times the node's GPUs), one within ``MAX_GBIT_PER_S``; the error
+    names gpus_per_node, the value the user gave, not the bandwidth derived from it."""
+    from perfmodel.errors import InputError
+
+    if gpus_per_node > MAX_GPUS:
+        raise InputError("gpus_per_node", f"must be at most {MAX_GPUS:,} (got {gpus_per_node:,})")
+    if scale_out_gbit_per_s_per_node is None:
+        derived = gpu.default_scale_out_gbit_per_s(gpus_per_node)
+        if derived > MAX_GBIT_PER_S:
+            raise InputError("gpus_per_node", f"{gpus_per_node:,} GPUs per node with the {gpu.name}'s default NICs "
+                             f"make {derived:,.0f} Gbit/s per node, over the {MAX_GBIT_PER_S:,.0f} limit: give "
+                             "--scale-out-gbit-per-s or a smaller node")
 
 
 def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:

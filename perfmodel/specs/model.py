@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.limits import MAX_COUNT
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import not_a_boolean, strict_boolean
 
 MlpKind = Literal["gelu", "swiglu", "relu2"]
 
@@ -51,6 +51,11 @@ class ModelSpec(BaseModel):
         if isinstance(value, str):
             raise ValueError("must be an integer, not text")
         return not_a_boolean(value, "integer")
+
+    @field_validator("tied_embeddings", "learned_pos_emb", mode="before")
+    @classmethod
+    def _a_boolean(cls, value):
+        return strict_boolean(value)
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

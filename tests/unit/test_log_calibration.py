@@ -143,7 +143,9 @@ def test_calibrate_fits_the_stacks_kernel_efficiency_to_the_log(tmp_path):
 def test_calibrate_says_a_log_without_configuration_fits_nothing(tmp_path):
     log = _write(tmp_path, [" iteration 1/ 2 | elapsed time per iteration (ms): 5.0 |"])
     res = _calibrate("--log", str(log), "--out", str(tmp_path / "c.yaml"))
-    assert res.returncode == 0 and "no Megatron arguments block" in res.stdout
+    # summarised, nothing fitted: exit 1 and no profile that would only restate the shipped one
+    assert res.returncode == 1 and "no Megatron arguments block" in res.stdout
+    assert "nothing was fitted" in res.stderr and not (tmp_path / "c.yaml").exists()
 
 
 def test_calibrate_refuses_a_block_it_cannot_cost_and_writes_nothing(tmp_path):

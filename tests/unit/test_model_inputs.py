@@ -93,8 +93,8 @@ def test_given_config_json_integers_are_used_as_given_or_refused(tmp_path, key, 
 
 @pytest.mark.parametrize("value,kept", [(8192, 8192), (4096.0, 4096), (1e30, None), ("8k", None), (0, None)])
 def test_the_trained_context_length_is_kept_for_reference_only(tmp_path, value, kept):
-    """No cost reads max_position_embeddings: a value outside a whole positive length is not kept,
-    and never rejects the model."""
+    """In a RoPE model no cost reads max_position_embeddings: a value outside a whole positive length is
+    not kept, and never rejects the model (GPT-2's learned table is sized by it: tests/cli/test_input_audit.py)."""
     p = tmp_path / "config.json"
     p.write_text(json.dumps({**LLAMA3_8B_HF, "max_position_embeddings": value}))
     assert perfmodel.load_model(str(p)).max_seq_len == kept

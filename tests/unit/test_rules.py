@@ -112,3 +112,37 @@ def test_runs_use_the_run_rules():
     assert list(status) == ["ok", "invalid", "invalid", "ok"]  # uneven stages ran (nanotron): costed
     assert reason[1].startswith("tp:") and rules.TP_HEADS.rule in reason[1]
     assert reason[2].startswith("dp:") and rules.GPUS.rule in reason[2]
+
+
+@pytest.mark.parametrize("framework", sorted(rules.PROFILES))
+def test_the_search_keeps_every_capability_rule_of_each_stack(framework):
+    """Every rule of CAPABILITY_RULES is applied by the search's space (none is listed but left unwired):
+    no configuration the search evaluates for a stack breaks one, whichever stack it is."""
+    from perfmodel.search import enumerate_space
+
+    model = pm.load_model("llama3-8b")  # 32 layers: interleaving and CP are both possible
+    cluster = pm.ClusterSpec.build(GPU, 64, 8)
+    job = pm.JobSpec(global_batch=128, seq_len=8192, framework=framework)
+    space = enumerate_space(model, cluster, job)
+    c = space.configs
+    x = {**rules.job_values(model, cluster, job), **{k: np.asarray(v) for k, v in c.items()},
+         "hpz": np.zeros(space.size, dtype=int)}
+    for r in rules.CAPABILITY_RULES:
+        assert not np.any(r.broken(x)), f"{framework}: the search space breaks '{r.reason}'"
+
+
+@pytest.mark.parametrize("framework, field, rule", [
+    ("megatron-deepspeed", "vpp", rules.VPP_STACK), ("nanotron", "vpp", rules.VPP_STACK),
+    ("deepspeed", "cp", rules.RING_CP_STACK), ("gpt-neox", "cp", rules.RING_CP_STACK),
+])
+def test_stacks_without_interleaving_or_ring_cp(framework, field, rule):
+    """DeepSpeed's pipeline engine and nanotron's run no interleaved schedule; the DeepSpeed family splits
+    sequences only with Ulysses: the search rejects such configurations with the rule's reason, and
+    estimate still costs them as a what-if (with a note)."""
+    par = dict(tp=8, pp=4, vpp=2, dp=2) if field == "vpp" else dict(tp=8, cp=2, dp=4)
+    model, cluster, p, job = cfg(framework=framework, **par)
+    assert rule.reason in structural_violations(model, cluster, job, p.model_dump())
+    check_config(model, cluster, p, job)  # the layout itself is well formed
+    ok = dict(par, vpp=1) if field == "vpp" else dict(par, cp_kind="ulysses")
+    model, cluster, p, job = cfg(framework=framework, **ok)
+    assert rule.reason not in structural_violations(model, cluster, job, p.model_dump())

@@ -39,7 +39,16 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
             lines.append(reader.line_num)
     if header is None:
         raise InputError("csv header", "file is empty (no header line)", f"{path}:1")
+    require_unique_columns(header, path, header_line)
     return pd.DataFrame(rows, columns=header, dtype=object), lines, header_line
+
+
+def require_unique_columns(columns, path: str | Path, header_line: int) -> None:
+    """A column named twice would make every later lookup ambiguous: refused, naming it."""
+    names = list(columns)
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise InputError("csv columns", f"column(s) {dup} appear more than once in the header", f"{path}:{header_line}")
 
 
 def require_columns(df: pd.DataFrame, required: list[str], path: str | Path,

@@ -14,13 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
+from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, require_unique_columns, to_numeric
 from perfmodel.errors import InputError
+from perfmodel.specs.hardware import PEAK_PRECISIONS
 
 _TIME_UNITS_S = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6}
 MAX_DIM = 2**31
 """Largest m, n or k accepted: 2^31 (a 2^31 x 2^31 bf16 operand would be 8 EiB)."""
-GEMM_DTYPES = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
+GEMM_DTYPES = PEAK_PRECISIONS
 """Precisions with a dense peak in the hardware profiles (``peak_dense_tflop_per_s`` keys)."""
 DTYPE_ALIASES = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
@@ -53,6 +54,7 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
     finite time > 0; a file without data rows is an error."""
     df, lines, header_line = read_csv_text(path)
     df = df.rename(columns={c: c.lower() for c in df.columns if c in ("M", "N", "K")})
+    require_unique_columns(df.columns, path, header_line)  # M next to m
     time_cols = [c for c in _TIME_UNITS_S if c in df.columns]
     if len(time_cols) > 1:
         raise InputError("csv columns", f"more than one time column ({', '.join(time_cols)}); "

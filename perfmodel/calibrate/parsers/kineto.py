@@ -21,6 +21,7 @@ import pandas as pd
 
 from perfmodel.calibrate.parsers.nccl_tests import busbw_factor
 from perfmodel.errors import InputError
+from perfmodel.limits import MAX_BYTES, MAX_GPUS
 
 Category = Literal["gemm", "attention", "nccl", "memory", "other"]
 CATEGORIES: tuple[Category, ...] = ("gemm", "attention", "nccl", "memory", "other")
@@ -108,7 +109,7 @@ def _load(path: Path) -> dict:
                          f"{path}:{e.lineno}") from None
     except RecursionError:
         raise InputError("trace", "nested too deeply to be a Chrome trace", f"{path}:1") from None
-    except (OSError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError; a cut gzip an EOFError
         raise InputError("trace", f"cannot read as (gzipped) JSON text: {e}", f"{path}:1") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise InputError("traceEvents", "missing: not a Chrome trace (expected an object with "
@@ -142,14 +143,15 @@ def _duration_s(ev: dict, i: int) -> float:
     return float(dur) * 1e-6
 
 
-def _whole_arg(args: dict, key: str, minimum: int, i: int) -> int:
-    """A whole-number arg (0 when absent); a float with a whole value is accepted."""
+def _whole_arg(args: dict, key: str, minimum: int, i: int, maximum: int = MAX_BYTES) -> int:
+    """A whole-number arg (0 when absent) from ``minimum`` to ``maximum``; a float with a whole
+    value is accepted."""
     value = args.get(key, 0)
     ok = (not isinstance(value, bool) and isinstance(value, (int, float))
-          and math.isfinite(value) and value == int(value) and value >= minimum)
+          and math.isfinite(value) and value == int(value) and minimum <= value <= maximum)
     if not ok:
-        raise InputError(f"traceEvents[{i}].args.{key}", f"must be a whole number >= {minimum} "
-                         f"(got {value!r:.80})")
+        raise InputError(f"traceEvents[{i}].args.{key}", f"must be a whole number from {minimum} to "
+                         f"{maximum} (got {value!r:.80})")
     return int(value)
 
 
@@ -162,7 +164,7 @@ def _collective_row(args: dict, dur_s: float, i: int) -> dict | None:
                              f"{args[key]!r:.80})")
     coll = _COLLECTIVES.get(re.sub(r"[^a-z]", "", args.get("Collective name", "").lower()))
     typesize = _DTYPE_BYTES.get(args.get("dtype", "").lower())
-    group = _whole_arg(args, "Group size", 0, i)
+    group = _whole_arg(args, "Group size", 0, i, MAX_GPUS)
     n_in = _whole_arg(args, "In msg nelems", 0, i)
     n_out = _whole_arg(args, "Out msg nelems", 0, i)
     if coll is None or typesize is None or group < 1 or dur_s <= 0:

@@ -42,6 +42,7 @@ _OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run o
 _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
 _RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
                       r"\s+\[[^\]]*\]\s+(.*\S)")
+_NUMBER_LIKE_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf)", re.I)
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
 _DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "half": 2, "float16": 2, "bfloat16": 2,
                 "fp16": 2, "bf16": 2, "float": 4, "int32": 4, "uint32": 4, "int": 4,
@@ -291,9 +292,15 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             columns = header
             continue
         if line.startswith("#"):
-            m = re.match(r"#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", line)
+            m = re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S*)", line)
             if m and columns is not None:
-                avg = float(m.group(1))
+                try:
+                    avg = float(m.group(1))
+                except ValueError:
+                    avg = float("nan")
+                if not math.isfinite(avg) or avg < 0:
+                    raise InputError("avg bus bandwidth", f"not a non-negative number ({m.group(1)!r})",
+                                     f"{path}:{lineno}")
             elif data and re.match(r"#\s*(Out of bounds|Avg bus|Collective test concluded)",
                                    line) is None:
                 flush()
@@ -311,6 +318,9 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             if not data:
                 first_line = lineno
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
+        elif columns is not None and _NUMBER_LIKE_RE.fullmatch(tokens[0]):
+            # a data row whose size is not a whole number of bytes: a corrupted row, not text to skip
+            raise InputError("size", f"must be a whole number of bytes (got {tokens[0]!r})", f"{path}:{lineno}")
         elif not data:
             ctx.append(line)  # command lines such as ``./build/all_reduce_perf -b 8``
     flush()

@@ -45,9 +45,6 @@ SCHEMA_COLUMNS = ["run_id", "source", "model_name", "n_layers", "hidden_size",
 def read_runs_csv(path: str | Path) -> pd.DataFrame:
     """Every schema column present (absent optional ones added as NaN), then any extras."""
     df, lines, header_line = read_csv_text(path)
-    dup = sorted({c for c in df.columns if list(df.columns).count(c) > 1})
-    if dup:
-        raise InputError("csv columns", f"column(s) {dup} appear more than once in the header", f"{path}:{header_line}")
     require_columns(df, REQUIRED_COLUMNS, path, header_line)
     if df.empty:
         raise InputError("runs csv", "no data rows after the header", f"{path}:{header_line}")
