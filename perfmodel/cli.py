@@ -138,7 +138,8 @@ def estimate(
             ds = load_deepspeed_config(deepspeed_config)
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
-            precision = ds.precision or precision
+            # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
+            precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
             resolved = ds.batch(dp_ds)
             if resolved is not None:

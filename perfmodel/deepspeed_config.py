@@ -153,11 +153,6 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")
     if bf16 and fp16:
         raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
-    if not (bf16 or fp16) and ("bf16" in data or "fp16" in data):
-        # DeepSpeed without either runs the model in fp32 (runtime/engine.py: neither fp16_enabled nor
-        # bfloat16_enabled); a config that turns them off says so, and fp32 training is not modelled
-        raise InputError(f"{PREFIX}.bf16.enabled", "neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, "
-                         "which is not modelled")
     precision = "bf16" if bf16 else "fp16" if fp16 else None
     return DeepSpeedSettings(
         zero_stage=int(stage),
@@ -175,14 +170,14 @@ def check_options_agree(ds: DeepSpeedSettings, *, zero_stage: int | None, zeropp
     """Options given on the command line beside the config must say what the config says: the config
     sets them, and a differing explicit value would otherwise be dropped without a word (the
     micro-batch is compared with the one the config's batch keys resolve to, by the caller)."""
-    given = {
-        "zero_stage": (zero_stage, ds.zero_stage, "zero_optimization.stage"),
-        "precision": (precision, ds.precision, "bf16/fp16"),
-    }
-    for option, (value, config_value, key) in given.items():
-        if value is not None and config_value is not None and value != config_value:
-            raise InputError(option, f"--{option.replace('_', '-')} {value} contradicts {PREFIX}.{key} "
-                             f"({config_value}); give one or the other")
+    if zero_stage is not None and zero_stage != ds.zero_stage:
+        raise InputError("zero_stage", f"--zero-stage {zero_stage} contradicts {PREFIX}.zero_optimization.stage "
+                         f"({ds.zero_stage}); give one or the other")
+    # the config's bf16 / fp16 block is DeepSpeed's 16-bit mixed precision; fp8 / fp4 matmuls (Transformer
+    # Engine) run on top of it, so only the other 16-bit type contradicts it
+    if precision in ("bf16", "fp16") and ds.precision is not None and precision != ds.precision:
+        raise InputError("precision", f"--precision {precision} contradicts {PREFIX}.{ds.precision}.enabled; "
+                         "give one or the other")
     if zeropp is not None and {p.strip().lower() for p in zeropp.split(",") if p.strip()} != set(ds.zeropp):
         raise InputError("zeropp", f"--zeropp {zeropp!r} contradicts the config's ZeRO++ keys "
                          f"({zeropp_text(ds.zeropp) or 'none'}); give one or the other")

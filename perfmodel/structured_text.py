@@ -12,6 +12,7 @@ Every failure is an ``InputError`` naming ``field`` and the file (and line where
 from __future__ import annotations
 
 import json
+import re
 
 import yaml
 
@@ -39,6 +40,13 @@ class _StrictYamlLoader(yaml.SafeLoader):
                                  f"{self.where}:{key_node.start_mark.line + 1}")
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+# YAML 1.1 (PyYAML) reads a number with an exponent but no dot or no exponent sign (1e3, 2e-05, 1.0e3)
+# as text; YAML 1.2 and JSON read it as the number it looks like, and so does perfmodel
+_StrictYamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"))
 
 
 class _NoAliasDumper(yaml.SafeDumper):

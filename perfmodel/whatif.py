@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Literal, Mapping, NamedTuple, Sequence, get_args
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,12 @@ from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
 from perfmodel.step import STEP_INPUTS, step_costs
 
 Mode = Literal["fixed", "best"]
+
+
+def check_mode(mode: str) -> None:
+    if mode not in get_args(Mode):
+        raise InputError("mode", f"must be fixed or best (got {mode!r})")
+
 
 #: what can be swept -> what it means (units in the name)
 VARIABLES: dict[str, str] = {
@@ -245,8 +251,7 @@ def whatif(
         from perfmodel.catalog import load_model
 
         model = load_model(model)
-    if mode not in ("fixed", "best"):
-        raise InputError("mode", f"must be fixed or best (got {mode!r})")
+    check_mode(mode)
     if mode == "fixed" and parallel is None:
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
     sweep = _check_sweep(sweep)

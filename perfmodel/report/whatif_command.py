@@ -88,7 +88,7 @@ def whatif_command(
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.estimate import check_model_split, check_precision
     from perfmodel.specs import ParallelSpec
-    from perfmodel.whatif import whatif
+    from perfmodel.whatif import check_mode, whatif
 
     try:
         sweep = parse_vary(vary)
@@ -98,6 +98,7 @@ def whatif_command(
         if "gpu" not in sweep:  # every point runs on the base GPU: a precision it lacks is bad input
             check_precision(cluster.gpu, job.precision)
         par = None
+        check_mode(mode)
         if mode != "fixed":  # the search picks the configuration at each point: a given one would be ignored
             # (by name: typer may bring its own copy of click and its ParameterSource enum)
             given = [n for n in FIXED_ONLY if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]

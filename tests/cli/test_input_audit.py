@@ -120,7 +120,6 @@ def test_calibration_fabric_names_are_case_insensitive_and_gpu_names_exact(tmp_p
 
 @pytest.mark.parametrize("body, field", [
     ('constants: {nic_efficiency: "0.5"}', "calibration.constants.nic_efficiency"),
-    ("constants: {nic_efficiency: 1e-1}", "calibration.constants.nic_efficiency"),
     ("frameworks: {megatron-lm: {flash_attention: 0}}", "calibration.frameworks.megatron-lm.flash_attention"),
     ('frameworks: {megatron-lm: {flash_attention: "no"}}', "calibration.frameworks.megatron-lm.flash_attention"),
     ('frameworks: {megatron-lm: {kernel_efficiency: "0.9"}}', "calibration.frameworks.megatron-lm.kernel_efficiency"),
@@ -129,6 +128,18 @@ def test_calibration_values_are_not_coerced(tmp_path, body, field):
     cal = tmp_path / "c.yaml"
     cal.write_text(body + "\n")
     _error(runner.invoke(app, EST + ["--calibration", str(cal)]), field)
+
+
+def test_yaml_numbers_with_an_exponent_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads 1e-1 or 2.0e3 as text; YAML 1.2 and JSON read numbers, and so does perfmodel."""
+    times = []
+    for text in ("1e-1", "0.1", "1.0e-1"):
+        cal = tmp_path / "c.yaml"
+        cal.write_text(f"constants: {{nic_efficiency: {text}}}\n")
+        res = runner.invoke(app, EST + ["--calibration", str(cal), "--json"])
+        assert res.exit_code == 0, res.output
+        times.append(json.loads(res.stdout)["iteration_time_s"])
+    assert times[0] == times[1] == times[2]
 
 
 def test_model_yaml_switches_are_booleans(tmp_path):
@@ -140,7 +151,6 @@ def test_model_yaml_switches_are_booleans(tmp_path):
 
 
 @pytest.mark.parametrize("config, args, field", [
-    ({"bf16": {"enabled": False}, "fp16": {"enabled": False}}, [], "deepspeed_config.bf16.enabled"),
     ({"train_micro_batch_size_per_gpu": 1}, ["--zero-stage", "3", "--zeropp", "qwz"], "zero_stage"),
     ({"train_micro_batch_size_per_gpu": 1}, ["--zeropp", "qwz"], "zeropp"),
     ({"train_micro_batch_size_per_gpu": 1}, ["--micro-batch", "2"], "micro_batch"),
@@ -148,21 +158,29 @@ def test_model_yaml_switches_are_booleans(tmp_path):
     ({"bf16": {"enabled": True}}, ["--precision", "fp16"], "precision"),
 ])
 def test_deepspeed_config_and_explicit_options_must_agree(tmp_path, config, args, field):
-    """fp32 (both precisions off) is DeepSpeed's default and not modelled; an option that contradicts the
-    config was dropped without a word."""
+    """An option that contradicts the config was dropped without a word."""
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps(config))
     batch = "64" if "train_batch_size" in config else "16"
     _error(runner.invoke(app, EST[:-1] + [batch, "--deepspeed-config", str(ds), *args]), field)
 
 
-def test_deepspeed_config_with_agreeing_options_runs(tmp_path):
+@pytest.mark.parametrize("config, precision, costed", [
+    ({"bf16": {"enabled": True}}, "bf16", "bf16"),
+    # fp8 matmuls (Transformer Engine) run on top of DeepSpeed's bf16 mixed precision
+    ({"bf16": {"enabled": True}}, "fp8", "fp8"),
+    # a block turned off is the same as no block: the precision is the option's
+    ({"fp16": {"enabled": False}}, "bf16", "bf16"),
+    ({}, "fp16", "fp16"),
+])
+def test_deepspeed_config_with_agreeing_options_runs(tmp_path, config, precision, costed):
     ds = tmp_path / "ds.json"
-    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True}}))
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, **config}))
     res = runner.invoke(app, EST + ["--deepspeed-config", str(ds), "--zero-stage", "0", "--micro-batch", "1",
-                                    "--precision", "bf16", "--json"])
+                                    "--precision", precision, "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["config"]["zero_stage"] == 0
+    cfg = json.loads(res.stdout)["config"]
+    assert cfg["zero_stage"] == 0 and cfg["precision"] == costed
 
 
 def test_megatron_log_arguments_keep_the_cli_limits(tmp_path):
@@ -190,6 +208,18 @@ def test_empty_network_and_fixed_options_in_best_mode_are_refused(tmp_path):
                               "--global-batch", "16", "--vary", "gpus=16,32", "--tp", "8", "--out", str(tmp_path / "w")])
     assert "--mode fixed" in _error(res, "tp")
     assert not (tmp_path / "w").exists()
+    res = runner.invoke(app, ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16",
+                              "--global-batch", "16", "--vary", "gpus=16,32", "--mode", "bogus", "--tp", "8",
+                              "--out", str(tmp_path / "w")])
+    _error(res, "mode: must be fixed or best")
+
+
+def test_a_note_after_an_nccl_tests_table_is_still_skipped(tmp_path):
+    log = tmp_path / "all_reduce.txt"
+    log.write_text(NCCL_HEAD + ROW.format(size=1048576) + ROW.format(size=4194304)
+                   + "# Avg bus bandwidth    : 36.8\n\nNotes:\n1. run with NCCL_ALGO=Ring\n")
+    res, out = _calibrate(tmp_path, "--nccl-tests", str(log))
+    assert res.exit_code == 0 and out.exists(), res.output
 
 
 @pytest.mark.parametrize("extra, field", [
@@ -206,9 +236,13 @@ def test_hf_config_fields_that_cannot_be_costed(tmp_path, extra, field):
                                "--global-batch", "1"]), field)
 
 
-def test_a_hardware_profile_with_an_unknown_precision_is_refused(tmp_path):
+def test_a_hardware_profile_with_a_misspelt_precision_is_refused(tmp_path):
+    """fp-8 or FP8 would leave the fp8 peak unread; a datasheet's fp64 or int8 row is kept, unused."""
     text = open("hardware_profiles/h100-sxm5-80gb.yaml").read()
     assert "\n  fp8:" in text
     gpu = tmp_path / "gpu.yaml"
-    gpu.write_text(text.replace("\n  fp8:", "\n  fp-8:", 1))
-    assert "'fp-8'" in _error(runner.invoke(app, EST[:4] + [str(gpu)] + EST[5:]), "peak_dense_tflop_per_s")
+    for typo in ("fp-8", "FP8"):
+        gpu.write_text(text.replace("\n  fp8:", f"\n  {typo}:", 1))
+        assert "'fp8'" in _error(runner.invoke(app, EST[:4] + [str(gpu)] + EST[5:]), "peak_dense_tflop_per_s")
+    gpu.write_text(text.replace("\n  fp8:", "\n  fp64: 66.9\n  int8: 1978.9\n  fp8:", 1))
+    assert runner.invoke(app, EST[:4] + [str(gpu)] + EST[5:]).exit_code == 0

@@ -318,8 +318,9 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             if not data:
                 first_line = lineno
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
-        elif columns is not None and _NUMBER_LIKE_RE.fullmatch(tokens[0]):
-            # a data row whose size is not a whole number of bytes: a corrupted row, not text to skip
+        elif columns is not None and len(tokens) == len(columns) and _NUMBER_LIKE_RE.fullmatch(tokens[0]):
+            # a data row (its cells all there) whose size is not a whole number of bytes: a corrupted row,
+            # not text to skip (a note after the table, "1. run with ...", is skipped as before)
             raise InputError("size", f"must be a whole number of bytes (got {tokens[0]!r})", f"{path}:{lineno}")
         elif not data:
             ctx.append(line)  # command lines such as ``./build/all_reduce_perf -b 8``
