@@ -28,6 +28,8 @@ def _table(df, cols: list[tuple[str, str, str]]) -> str:
             v = i if k == "#" else rec[k]
             if k == "sp":
                 v = "on" if v else "off"
+            elif k == "cp_kind" and rec.get("cp", 1) == 1:
+                v = "-"  # no context parallelism: no kind
             row.append(format(v, fmt) if fmt else str(v))
         cells.append(row)
     widths = [max(len(r[j]) for r in cells) for j in range(len(cols))]
