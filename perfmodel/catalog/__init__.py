@@ -6,7 +6,6 @@ Face ``config.json``; ``load_gpu`` takes a catalog name or a hardware-profile YA
 from __future__ import annotations
 
 import sys
-
 from functools import lru_cache
 from pathlib import Path
 
