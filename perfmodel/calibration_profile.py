@@ -37,6 +37,9 @@ NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv"
 #: the calibrated per-GPU values a part shares with the one it names in calibration_from: the fabric-side
 #: collective latencies, not the kernel efficiencies its own measurements may state
 SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
+#: what a stack takes from the calibration of the stack it is built on (FrameworkProfile.calibration_from):
+#: the kernels' efficiency, not the overheads and overlaps of its own schedule
+FRAMEWORK_SIBLING_KEYS = frozenset({"kernel_efficiency"})
 GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_node_latency_us",
                    "scale_out_latency_us", "attention_efficiency_max"}
 
@@ -73,7 +76,10 @@ class Calibration(BaseModel):
         base = framework_profile(name)
         key = (name or "generic").strip().lower()
         key = key if key in PROFILES else "generic"
-        over = self.frameworks.get(key, {})
+        # a stack built on another shares its fitted kernel efficiency unless fitted itself
+        sibling = {k: v for k, v in self.frameworks.get(base.calibration_from or "", {}).items()
+                   if k in FRAMEWORK_SIBLING_KEYS}
+        over = {**sibling, **self.frameworks.get(key, {})}
         return base.model_copy(update=over) if over else base
 
     def congestion_nodes(self, network: str | None) -> float:

@@ -122,6 +122,9 @@ class FrameworkProfile(BaseModel):
     )
     runtime_reserved_gib: float = Field(
         3.0, ge=0, le=1e4, allow_inf_nan=False, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
+    calibration_from: str | None = Field(
+        None, description="The stack this one is built on: where a calibration fits no kernel_efficiency for this "
+        "one, it runs at that stack's fitted value (the same kernels), not at the uncalibrated 1.0.")
     source: str = ""
 
 
@@ -164,9 +167,12 @@ PROFILES: dict[str, FrameworkProfile] = {
         "(benchmarks/zeropp_whatif.py --fit)",
     ),
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
-    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.5, fp16_grads_in_param_dtype=True,
-                                 bf16_zero1_all_reduce_grads=True,
-                                 source="GPT-NeoX (Megatron-DeepSpeed based; DeepSpeed's pipeline engine and BF16_Optimizer)"),
+    "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.0, fp16_grads_in_param_dtype=True,
+                                 bf16_zero1_all_reduce_grads=True, calibration_from="megatron-deepspeed",
+                                 source="GPT-NeoX (Black et al. 2022, arXiv 2204.06745: 'a codebase built on Megatron and "
+                                 "DeepSpeed'): Megatron's fused kernels, DeepSpeed's pipeline engine (its schedule ends "
+                                 "with ReduceGrads: the gradient reduction is not overlapped, as in Megatron-DeepSpeed) and "
+                                 "BF16_Optimizer"),
     "nanotron": FrameworkProfile(
         dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True,
         source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "

@@ -8,7 +8,7 @@ import perfmodel
 from perfmodel.calibration_profile import Calibration
 from perfmodel.constants import DEFAULT_CONSTANTS
 from perfmodel.estimate import build_inputs, step_outputs
-from perfmodel.frameworks import framework_profile
+from perfmodel.frameworks import PROFILES, framework_profile
 from perfmodel.step import step_costs
 
 
@@ -93,3 +93,26 @@ def test_deepspeed_bf16_optimizer_all_reduces_fp32_gradients(framework):
     # an all-reduce moves twice a reduce-scatter's bytes: the exposed reduction grows, nothing else
     assert bf16["dp_comm_s"] > rs["dp_comm_s"] > 0.0
     assert bf16["iteration_time_s"] - rs["iteration_time_s"] == pytest.approx(bf16["dp_comm_s"] - rs["dp_comm_s"])
+
+
+def test_a_stack_built_on_another_shares_its_fitted_kernel_efficiency():
+    """GPT-NeoX runs Megatron's kernels on DeepSpeed's pipeline engine: without a fit of its own it takes
+    Megatron-DeepSpeed's fitted kernel efficiency (not the uncalibrated 1.0), and nothing else of it; a
+    value fitted for GPT-NeoX itself wins."""
+    from perfmodel.calibration_profile import Calibration
+
+    assert PROFILES["gpt-neox"].calibration_from == "megatron-deepspeed"
+    assert PROFILES["gpt-neox"].dp_overlap == PROFILES["megatron-deepspeed"].dp_overlap == 0.0
+    cal = Calibration(frameworks={"megatron-deepspeed": {"kernel_efficiency": 0.9, "layer_overhead_s": 0.01}})
+    neox = cal.framework("gpt-neox")
+    assert neox.kernel_efficiency == 0.9 and neox.layer_overhead_s == PROFILES["gpt-neox"].layer_overhead_s
+    own = Calibration(frameworks={"megatron-deepspeed": {"kernel_efficiency": 0.9},
+                                  "gpt-neox": {"kernel_efficiency": 1.1}})
+    assert own.framework("gpt-neox").kernel_efficiency == 1.1
+    assert Calibration().framework("gpt-neox").kernel_efficiency == 1.0  # nothing fitted: datasheet rates
+    # the shipped profile fits Megatron-DeepSpeed (BLOOM) and not GPT-NeoX
+    from perfmodel.calibration_profile import load_calibration
+
+    shipped = load_calibration(None)
+    assert "gpt-neox" not in shipped.frameworks
+    assert shipped.framework("gpt-neox").kernel_efficiency == shipped.framework("megatron-deepspeed").kernel_efficiency
