@@ -196,7 +196,7 @@ def estimate(
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
     typer.echo("memory breakdown (GiB):")
     typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
-    for note in (framework_note(framework), network_note(network, cal)):
+    for note in (framework_note(framework, cal), network_note(network, cal)):
         if note:
             typer.echo(note)
     for note in capability_notes(spec, cluster, par, job):
@@ -215,16 +215,28 @@ def capability_notes(model, cluster, par, job) -> list[str]:
             for r in rules.CAPABILITY_RULES if bool(r.broken(x))]
 
 
-def framework_note(framework: str | None) -> str | None:
+def framework_note(framework: str | None, cal=None) -> str | None:
     """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
-    'megatron-lm' would otherwise change the answer silently)."""
+    'megatron-lm' would otherwise change the answer silently). A known stack that takes its kernel
+    efficiency from the stack it is built on (no fit of its own in ``cal``) says that too."""
+    from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS
     from perfmodel.frameworks import PROFILES
 
-    if framework is None or framework.strip().lower() in PROFILES:
+    if framework is None:
         return None
-    known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
-    return (f"note: framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
-            f"overlap; known: {known})")
+    name = framework.strip().lower()
+    if name not in PROFILES:
+        known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
+        return (f"note: framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
+                f"overlap; known: {known})")
+    sibling = PROFILES[name].calibration_from
+    if cal is None or sibling is None or any(k in cal.frameworks.get(name, {}) for k in FRAMEWORK_SIBLING_KEYS):
+        return None
+    taken = {k: v for k, v in cal.frameworks.get(sibling, {}).items() if k in FRAMEWORK_SIBLING_KEYS}
+    if not taken:
+        return None
+    values = ", ".join(f"{k} {v:.3f}" for k, v in sorted(taken.items()))
+    return f"note: {name} has no fit of its own: it runs at {sibling}'s fitted {values} (the stack it is built on)"
 
 
 def network_note(network: str | None, cal) -> str | None:

@@ -178,6 +178,9 @@ def check_options_agree(ds: DeepSpeedSettings, *, zero_stage: int | None, zeropp
     if precision in ("bf16", "fp16") and ds.precision is not None and precision != ds.precision:
         raise InputError("precision", f"--precision {precision} contradicts {PREFIX}.{ds.precision}.enabled; "
                          "give one or the other")
+    if precision not in (None, "bf16", "fp16") and ds.precision == "fp16":
+        raise InputError("precision", f"--precision {precision} on top of {PREFIX}.fp16 is not modelled (fp8 and fp4 "
+                         "runs are costed on bf16 mixed precision: enable bf16 in the config)")
     if zeropp is not None and {p.strip().lower() for p in zeropp.split(",") if p.strip()} != set(ds.zeropp):
         raise InputError("zeropp", f"--zeropp {zeropp!r} contradicts the config's ZeRO++ keys "
                          f"({zeropp_text(ds.zeropp) or 'none'}); give one or the other")

@@ -139,7 +139,9 @@ def cluster_arrays(
 
 def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "bf16") -> dict[str, float]:
     """The stack's STEP_INPUTS; ``precision`` picks the gradient width (``fp16_grads_in_param_dtype``) and
-    the bf16 optimizer's gradient all-reduce (``bf16_zero1_all_reduce_grads``)."""
+    the bf16 optimizer's gradient all-reduce (``bf16_zero1_all_reduce_grads``). fp8 and fp4 matmuls run
+    on top of bf16 mixed precision (bf16 weights, optimizer and gradient path), as the Transformer Engine
+    and torchao recipes do: for these two switches such a run is a bf16 one."""
     fp16_grads = precision == "fp16" and profile.fp16_grads_in_param_dtype
     return {
         "flash_attention": float(flash),
@@ -148,7 +150,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
         "dp_overlap": profile.dp_overlap,
         "param_gather_overlap": profile.param_gather_overlap,
         "zero1_all_reduce_grads": float(profile.zero1_all_reduce_grads or (
-            precision == "bf16" and profile.bf16_zero1_all_reduce_grads)),
+            precision != "fp16" and profile.bf16_zero1_all_reduce_grads)),
         "fp8_saves_quantized_inputs": float(profile.fp8_saves_quantized_inputs),
         "pp_overlap": profile.pp_overlap,
         "layer_overhead_s": profile.layer_overhead_s,

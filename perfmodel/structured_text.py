@@ -42,18 +42,20 @@ class _StrictYamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# YAML 1.1 (PyYAML) reads a number with an exponent but no dot or no exponent sign (1e3, 2e-05, 1.0e3)
-# as text; YAML 1.2 and JSON read it as the number it looks like, and so does perfmodel
-_StrictYamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$"),
-    list("-+.0123456789"))
-
-
 class _NoAliasDumper(yaml.SafeDumper):
     """SafeDumper that writes a repeated object out again instead of as an anchor and alias."""
 
     def ignore_aliases(self, data):
         return True
+
+
+# YAML 1.1 (PyYAML) reads a number with an exponent but no dot or no exponent sign (1e3, 2e-05, 1.0e3)
+# as text; YAML 1.2 and JSON read it as the number it looks like, and so does perfmodel. The dumper
+# knows it too, so text that looks like such a number (a fabric or file named 1e5) is written quoted
+# and reads back as text.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
+for _cls in (_StrictYamlLoader, _NoAliasDumper):
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def dump_yaml(doc, **kwargs) -> str:

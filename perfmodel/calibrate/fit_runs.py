@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from perfmodel.calibration_profile import Calibration
+from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS, Calibration
 from perfmodel.frameworks import PROFILES
 from perfmodel.runs import runs_to_inputs
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
@@ -207,6 +207,13 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
                 arrs[p] = np.full(len(pair_meas), v)
         return arrs
 
+    # a stack without a fit of its own that is built on a fitted one (FrameworkProfile.calibration_from)
+    # runs at, and informs, that one's kernel efficiency, as it will be predicted with the written profile
+    fitted = {key for kind, key, p in names if kind == "framework" and p in FRAMEWORK_SIBLING_KEYS}
+    sibling_of = {fw: PROFILES[fw].calibration_from for fw in np.unique(framework)
+                  if fw not in fitted and PROFILES[fw].calibration_from in fitted}
+    sibling_owner = np.array([sibling_of.get(fw, fw) for fw in framework], dtype=object)
+
     def apply(x):
         arrs = dict(inputs)
         cong = np.where(np.isfinite(inputs["congestion_nodes"]) & network_fixed, inputs["congestion_nodes"], np.inf)
@@ -220,7 +227,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             elif kind == "global":
                 arrs[p] = np.full(len(df), v)
             elif kind == "framework":
-                arrs[p] = np.where(framework == key, v, arrs[p])
+                owner = sibling_owner if p in FRAMEWORK_SIBLING_KEYS else framework
+                arrs[p] = np.where(owner == key, v, arrs[p])
         for (kind, key, p), v in zip(names, x):
             if kind == "network" and p == "congestion_nodes":
                 cong = np.where(network == key, v, cong)

@@ -86,7 +86,7 @@ def report(
     best = data.top_candidates.iloc[0]
     typer.echo(f"best: tp={best.tp} pp={best.pp} dp={best.dp} cp={best.cp} vpp={best.vpp} mb={best.micro_batch} "
                f"at {best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {best.mfu:.1%}")
-    note = framework_note(framework)
+    note = framework_note(framework, data.calibration)
     if note:
         typer.echo(note)
     typer.echo(f"wrote {files.html}")

@@ -115,7 +115,8 @@ def whatif_command(
             # the configuration against the model itself (tp divides the heads, pp the layers):
             # bad input for every point, not an infeasible sweep
             check_model_split(spec, tp, pp)
-        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=load_calibration(calibration),
+        cal = load_calibration(calibration)
+        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=cal,
                     gpu_precision=precision is None)
     except (InputError, ValidationError) as exc:
         fail(exc)
@@ -155,7 +156,7 @@ def whatif_command(
         table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
         with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
             typer.echo(table.to_string(index=False))
-        note = framework_note(framework)
+        note = framework_note(framework, cal)
         if note:
             typer.echo(note)
         # why a point is not costed (or how it was): one line per point with a reason

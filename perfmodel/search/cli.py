@@ -136,7 +136,7 @@ def recommend(
 
     df = res.candidates.head(top)
     typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {job.precision}, {framework}")
-    note = framework_note(framework)
+    note = framework_note(framework, cal)
     if note:
         typer.echo(note)
     typer.echo(

@@ -246,3 +246,32 @@ def test_a_hardware_profile_with_a_misspelt_precision_is_refused(tmp_path):
         assert "'fp8'" in _error(runner.invoke(app, EST[:4] + [str(gpu)] + EST[5:]), "peak_dense_tflop_per_s")
     gpu.write_text(text.replace("\n  fp8:", "\n  fp64: 66.9\n  int8: 1978.9\n  fp8:", 1))
     assert runner.invoke(app, EST[:4] + [str(gpu)] + EST[5:]).exit_code == 0
+
+
+def test_text_that_looks_like_a_number_survives_a_yaml_round_trip():
+    """A fabric or file named 1e5 is text: written quoted by perfmodel, so it reads back as text."""
+    from perfmodel.structured_text import dump_yaml, load_yaml
+
+    doc = {"networks": {"2e1": {"nic_efficiency": 1e-5}}, "path": "1e5", "n": 12, "x": 2e-05}
+    assert load_yaml(dump_yaml(doc), "calibration", "mem") == doc
+
+
+def test_a_corrupted_row_inside_an_nccl_tests_table_is_an_error(tmp_path):
+    log = tmp_path / "all_reduce.txt"
+    log.write_text(NCCL_HEAD + ROW.format(size=1048576) + "     1048576.5  262144  float  sum\n"
+                   + ROW.format(size=4194304))
+    res, out = _calibrate(tmp_path, "--nccl-tests", str(log))
+    assert ":5:" in _error(res, "size") and not out.exists()
+
+
+def test_a_stack_borrowing_a_fitted_efficiency_says_so():
+    res = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--gpus", "64",
+                              "--global-batch", "512", "--tp", "2", "--pp", "4", "--framework", "gpt-neox"])
+    assert res.exit_code == 0, res.output
+    assert "gpt-neox has no fit of its own: it runs at megatron-deepspeed's fitted kernel_efficiency" in res.output
+
+
+def test_fp8_beside_a_fp16_deepspeed_config_is_refused(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}))
+    _error(runner.invoke(app, EST + ["--deepspeed-config", str(ds), "--precision", "fp8"]), "precision")

@@ -116,3 +116,38 @@ def test_a_stack_built_on_another_shares_its_fitted_kernel_efficiency():
     shipped = load_calibration(None)
     assert "gpt-neox" not in shipped.frameworks
     assert shipped.framework("gpt-neox").kernel_efficiency == shipped.framework("megatron-deepspeed").kernel_efficiency
+
+
+def test_a_borrowed_kernel_efficiency_is_fitted_as_it_is_predicted():
+    """In the runs fit, a stack without a fit of its own runs at (and informs) the kernel efficiency of the
+    stack it is built on, as the written profile will predict it: its fit residuals are its errors after."""
+    import pandas as pd
+    from pathlib import Path
+
+    from perfmodel.calibrate.fit_runs import fit_runs
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
+
+    runs = Path(__file__).resolve().parents[2] / "calibration" / "data" / "runs" / "calibration_runs.csv"
+    d = pd.read_csv(runs)
+    x = d[d.framework == "megatron-deepspeed"].copy().reset_index(drop=True)
+    x["tokens_per_s_per_gpu"] *= 0.8  # a slower cluster: the fit must move the shared efficiency
+    x["iteration_time_s"] /= 0.8
+    x.loc[:2, "framework"] = "gpt-neox"
+    fit = fit_runs(x, load_calibration(None))
+    assert "gpt-neox" not in fit.calibration.frameworks
+    assert fit.params["megatron-deepspeed.kernel_efficiency"] < 0.85
+    during = fit.residuals.set_index("run_id").loc[x.run_id[:3], "log_ratio"].to_numpy()
+    pred = predict_runs(x.iloc[:3], fit.calibration).pred_tokens_per_s_per_gpu.to_numpy()
+    after = np.log(pred / np.asarray(measured_tokens_per_s_per_gpu(x.iloc[:3])))
+    assert np.allclose(during, after, atol=1e-9)
+
+
+def test_fp8_runs_reduce_gradients_as_their_bf16_base():
+    """fp8 / fp4 matmuls run on bf16 mixed precision: DeepSpeed's BF16_Optimizer all-reduce applies to
+    them as to bf16 runs, not to fp16 ones."""
+    from perfmodel.estimate import framework_arrays
+
+    p = framework_profile("megatron-deepspeed")
+    got = {prec: framework_arrays(p, False, prec)["zero1_all_reduce_grads"] for prec in ("bf16", "fp8", "nvfp4", "fp16")}
+    assert got == {"bf16": 1.0, "fp8": 1.0, "nvfp4": 1.0, "fp16": 0.0}

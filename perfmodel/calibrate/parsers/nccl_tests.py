@@ -272,13 +272,14 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
     data: list[list] = []
     first_line = 0
     avg: float | None = None
+    trailer = False  # the table's '# Out of bounds' / '# Avg bus bandwidth' lines were seen
 
     def flush() -> None:
-        nonlocal ctx, ranks, columns, data, avg
+        nonlocal ctx, ranks, columns, data, avg, trailer
         if columns is not None and data:
             results.append(_finish(path, ctx, ranks, data, columns, first_line, avg,
                                    file_version))
-        ctx, ranks, columns, data, avg = [], {}, None, [], None
+        ctx, ranks, columns, data, avg, trailer = [], {}, None, [], None, False
 
     for lineno, raw in enumerate(lines, start=1):
         line = _strip_prefix(raw)
@@ -289,9 +290,10 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
         if header is not None:
             if data:  # a new table without a trailer in between
                 flush()
-            columns = header
+            columns, trailer = header, False
             continue
         if line.startswith("#"):
+            trailer = trailer or (bool(data) and re.match(r"#\s*(Out of bounds|Avg bus)", line) is not None)
             m = re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S*)", line)
             if m and columns is not None:
                 try:
@@ -318,9 +320,10 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             if not data:
                 first_line = lineno
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
-        elif columns is not None and len(tokens) == len(columns) and _NUMBER_LIKE_RE.fullmatch(tokens[0]):
-            # a data row (its cells all there) whose size is not a whole number of bytes: a corrupted row,
-            # not text to skip (a note after the table, "1. run with ...", is skipped as before)
+        elif columns is not None and (not trailer or len(tokens) == len(columns)) and _NUMBER_LIKE_RE.fullmatch(
+                tokens[0]):
+            # inside the table, a row whose size is not a whole number of bytes: a corrupted row, not text to
+            # skip; after its trailer only a line with every cell ("1. run with ..." is a note, skipped)
             raise InputError("size", f"must be a whole number of bytes (got {tokens[0]!r})", f"{path}:{lineno}")
         elif not data:
             ctx.append(line)  # command lines such as ``./build/all_reduce_perf -b 8``
