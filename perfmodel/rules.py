@@ -57,6 +57,11 @@ NO_INTERLEAVING = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "nan
 #: OneFlow's GPT and the flash-attention training scripts have no sequence split at all
 NO_RING_CP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "oneflow", "flash-attn"})
 
+#: stacks whose tensor parallelism is DeepSpeed's AutoTP (DeepSpeed without Megatron): it shards the linear
+#: layers only, with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training: "ZeRO Optimization ...
+#: (Stage 0, 1, or 2)"), and has no sequence parallelism
+AUTOTP = frozenset({"deepspeed"})
+
 #: stacks on Transformer Engine attention: a head dimension flash and cuDNN's fused attention do not
 #: take (not a multiple of 8, or above 256) leaves them UnfusedDotProductAttention, which has no context
 #: parallelism (TE dot_product_attention/utils.py: "Disabling UnfusedDotProductAttention as it does not
@@ -232,6 +237,11 @@ VPP_STACK = Rule(26, "vpp", "must be 1 in this framework (its pipeline schedule 
 RING_CP_STACK = Rule(27, "cp", "with cp_kind ring needs a framework that has ring context parallelism",
                      lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 0) & _framework_in(x, NO_RING_CP),
                      ("cp", "framework"))
+AUTOTP_SP = Rule(28, "sp", "must be off in this framework (its tensor parallelism, AutoTP, has no sequence parallelism)",
+                 lambda x: (x["sp"] == 1) & (x["tp"] > 1) & _framework_in(x, AUTOTP), ("sp", "tp", "framework"))
+AUTOTP_ZERO3 = Rule(29, "zero_stage", "must be 0, 1 or 2 with tp > 1 in this framework (AutoTP with ZeRO-3 is not "
+                    "supported)", lambda x: (x["zero_stage"] >= 3) & (x["tp"] > 1) & _framework_in(x, AUTOTP),
+                    ("zero_stage", "tp", "framework"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -244,7 +254,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
-                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK)
+                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

@@ -138,12 +138,13 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
 
     # ---- step 3: sequence parallelism, ZeRO stage, recompute (each filtered before the next) ---
     x = _expand(x, {"sp": np.array([0, 1], dtype=np.int32)})
-    reason3 = reason_codes((rules.SP_TP, rules.SP_STACK), {**job_x, **x}, x["tp"].shape)
+    reason3 = reason_codes((rules.SP_TP, rules.SP_STACK, rules.AUTOTP_SP), {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason3, 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
-    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP), {**job_x, **x}, x["tp"].shape)
+    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP, rules.AUTOTP_ZERO3),
+                           {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 

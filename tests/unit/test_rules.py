@@ -146,3 +146,15 @@ def test_stacks_without_interleaving_or_ring_cp(framework, field, rule):
     ok = dict(par, vpp=1) if field == "vpp" else dict(par, cp_kind="ulysses")
     model, cluster, p, job = cfg(framework=framework, **ok)
     assert rule.reason not in structural_violations(model, cluster, job, p.model_dump())
+
+
+def test_deepspeed_alone_has_autotp_only():
+    """DeepSpeed without Megatron shards linear layers with AutoTP: no sequence parallelism, ZeRO 0-2
+    (deepspeed.ai/tutorials/autotp-training); Megatron-DeepSpeed keeps Megatron's TP with SP."""
+    for sp, zero, rule in ((True, 1, rules.AUTOTP_SP), (False, 3, rules.AUTOTP_ZERO3)):
+        model, cluster, p, job = cfg(framework="deepspeed", tp=8, dp=8, sp=sp, zero_stage=zero)
+        assert rule.reason in structural_violations(model, cluster, job, p.model_dump())
+        model, cluster, p, job = cfg(framework="megatron-deepspeed", tp=8, dp=8, sp=sp, zero_stage=min(zero, 1))
+        assert rule.reason not in structural_violations(model, cluster, job, p.model_dump())
+    model, cluster, p, job = cfg(framework="deepspeed", tp=1, dp=64, sp=False, zero_stage=3)
+    assert rules.AUTOTP_ZERO3.reason not in structural_violations(model, cluster, job, p.model_dump())
