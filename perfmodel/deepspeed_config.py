@@ -7,7 +7,8 @@ and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306
 - ``zero_optimization.zero_quantized_weights`` (qwZ), ``zero_hpz_partition_size`` (hpZ; 1 = off),
   ``zero_quantized_gradients`` (qgZ) -- all three need stage 3;
 - ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``;
-- ``bf16.enabled`` / ``fp16.enabled``.
+- ``bf16.enabled`` / ``fp16.enabled``;
+- ``tensor_parallel.autotp_size`` (AutoTP training: the tensor-parallel size; ZeRO 0-2 only).
 
 Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, bucket sizes,
 logging ...) are listed in ``IGNORED_*`` and skipped. Anything else is an error, as is a
@@ -26,7 +27,10 @@ from perfmodel.structured_text import load_json
 PREFIX = "deepspeed_config"
 
 USED_TOP = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-            "train_batch_size", "bf16", "fp16"}
+            "train_batch_size", "bf16", "fp16", "tensor_parallel"}
+#: AutoTP training (DeepSpeed >= 0.16.4, deepspeed.ai/tutorials/autotp-training): "tensor_parallel":
+#: {"autotp_size": N} shards the linear layers over N ranks; it composes with ZeRO stage 0, 1 or 2
+USED_TP = {"autotp_size"}
 IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer",
                "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
@@ -53,6 +57,7 @@ class DeepSpeedSettings:
     gradient_accumulation_steps: int | None
     train_batch_size: int | None
     precision: str | None
+    autotp_size: int | None = None
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
         """(train_batch_size, micro-batch, accumulation steps) as DeepSpeed completes them from the keys
@@ -150,6 +155,14 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
             f"{PREFIX}.zero_optimization.stage",
             f"ZeRO++ ({zeropp_text(parts)}) requires stage 3 (got {stage})",
         )
+    tp_section = data.get("tensor_parallel", {})
+    if not isinstance(tp_section, dict):
+        raise InputError(f"{PREFIX}.tensor_parallel", "must be an object like {\"autotp_size\": 4}")
+    _unknown(tp_section, USED_TP, f"{PREFIX}.tensor_parallel")
+    autotp = _pos_int(tp_section, "autotp_size", f"{PREFIX}.tensor_parallel")
+    if autotp is not None and autotp > 1 and stage == 3:
+        raise InputError(f"{PREFIX}.zero_optimization.stage", f"AutoTP (tensor_parallel.autotp_size {autotp}) "
+                         "composes with ZeRO stage 0, 1 or 2, not 3")
     bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")
     if bf16 and fp16:
         raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
@@ -162,6 +175,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         gradient_accumulation_steps=_pos_int(data, "gradient_accumulation_steps", PREFIX),
         train_batch_size=_pos_int(data, "train_batch_size", PREFIX),
         precision=precision,
+        autotp_size=autotp,
     )
 
 

@@ -162,9 +162,15 @@ def format_megatron(flags: list[str]) -> str:
     return " \\\n".join(f"    {ln}" for ln in lines)
 
 
+def autotp(job: JobSpec, c: Mapping) -> bool:
+    """The configuration's tensor parallelism is DeepSpeed's AutoTP: tp > 1 under DeepSpeed alone."""
+    return (job.framework or "").strip().lower() == "deepspeed" and c["tp"] > 1
+
+
 def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
-    """A DeepSpeed JSON config (dict) for ``row``. TP/PP/CP are not DeepSpeed config keys: the
-    launcher (Megatron-DeepSpeed) takes them as flags, see ``megatron_flags``."""
+    """A DeepSpeed JSON config (dict) for ``row``. PP/CP (and TP under Megatron-DeepSpeed) are not
+    DeepSpeed config keys: the launcher takes them as flags, see ``megatron_flags``; under DeepSpeed
+    alone TP is AutoTP's ``tensor_parallel.autotp_size``."""
     c = _cfg(row)
     gas = job.global_batch // (c["mb"] * c["dp"])
     cfg: dict = {
@@ -190,6 +196,9 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         "zero_quantized_gradients": "qgz" in c["zeropp"],
     }
     cfg["zero_optimization"] = zero
+    if autotp(job, c):
+        # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training)
+        cfg["tensor_parallel"] = {"autotp_size": c["tp"]}
     if c["recompute"] != "none":
         cfg["activation_checkpointing"] = {
             "partition_activations": c["tp"] > 1,
@@ -258,7 +267,7 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
     if target == "deepspeed":
-        layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1]
+        layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1 and not (k == "tp" and autotp(job, c))]
         if layout:
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import perfmodel as pm
 from perfmodel.cli import app
 from perfmodel.search import run_search
-from perfmodel.search.emit import deepspeed_config, megatron_flags, torchtitan_toml
+from perfmodel.search.emit import deepspeed_config, emit_notes, megatron_flags, torchtitan_toml
 
 runner = CliRunner()
 
@@ -57,9 +57,9 @@ MEGATRON_CHOICES = {
     "--position-embedding-type": {"learned_absolute", "rope", "mrope", "relative", "none"},
 }
 
-DEEPSPEED_TOP = {  # deepspeed/runtime/constants.py
+DEEPSPEED_TOP = {  # deepspeed/runtime/constants.py; tensor_parallel: AutoTP training (deepspeed.ai/tutorials/autotp-training)
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps_per_print",
-    "gradient_clipping", "bf16", "fp16", "zero_optimization", "activation_checkpointing",
+    "gradient_clipping", "bf16", "fp16", "zero_optimization", "activation_checkpointing", "tensor_parallel",
 }
 DEEPSPEED_ZERO = {  # deepspeed/runtime/zero/config.py DeepSpeedZeroConfig
     "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_partitions",
@@ -296,8 +296,6 @@ def test_torchtitan_search_keeps_to_splits_torchtitan_runs():
 
 
 def test_emit_notes_say_what_the_target_cannot_carry():
-    from perfmodel.search.emit import emit_notes
-
     model = pm.load_model("llama3-8b")
     row = dict(ROWS[0], cp=4, cp_kind="ulysses", zero_stage=1, recompute="balanced", offload_fraction=0.5)
     ds = emit_notes("deepspeed", model, _job("fp8", "megatron-kwai"), row)
@@ -349,3 +347,26 @@ def test_the_common_default_never_offloads_and_cp_kind_differs_only_between_spli
             assert ev.configs["offload_fraction"][i] == 0
     a = dict(ROWS[0], cp=1, cp_kind="ring")
     assert _diff_keys(a, dict(a, cp=2)) == "cp 1 vs 2"
+
+
+def test_deepspeed_alone_takes_its_tensor_parallelism_from_autotp(tmp_path):
+    """Under DeepSpeed alone tp is AutoTP's tensor_parallel.autotp_size in the JSON (not a launcher flag);
+    under Megatron-DeepSpeed it stays Megatron's flag. The config reads back to the same layout."""
+    model = pm.load_model("llama3-8b")
+    row = dict(ROWS[0], tp=4, pp=1, dp=16, cp=1, vpp=1, sp=False, zero_stage=1, zeropp="", recompute="none",
+               micro_batch=1)
+    job = pm.JobSpec(global_batch=256, seq_len=4096, precision="bf16", framework="deepspeed")
+    cfg = deepspeed_config(model, job, row)
+    assert cfg["tensor_parallel"] == {"autotp_size": 4}
+    assert not any("tp=" in n for n in emit_notes("deepspeed", model, job, row))
+    mds = deepspeed_config(model, job.model_copy(update={"framework": "megatron-deepspeed"}), row)
+    assert "tensor_parallel" not in mds
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(cfg))
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "256",
+            "--seq-len", "4096", "--framework", "deepspeed", "--no-sp", "--deepspeed-config", str(ds)]
+    res = CliRunner().invoke(app, base + ["--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["config"]["tp"] == 4
+    res = CliRunner().invoke(app, base + ["--tp", "2"])
+    assert res.exit_code == 2 and "error: tp: --tp 2 contradicts deepspeed_config.tensor_parallel.autotp_size" in res.output

@@ -149,6 +149,10 @@ def test_deepspeed_config_reads_zeropp_keys():
     ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, "bf16.enabled"),
     ({"zero_optimization": {"stage": 2, "zero_quantized_gradients": True}}, "zero_optimization.stage"),
     ({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}}, "zero_hpz_partition_size"),
+    # AutoTP composes with ZeRO 0-2 (deepspeed.ai/tutorials/autotp-training); its section takes autotp_size
+    ({"zero_optimization": {"stage": 3}, "tensor_parallel": {"autotp_size": 4}}, "zero_optimization.stage"),
+    ({"tensor_parallel": {"autotp": 4}}, "tensor_parallel.autotp"),
+    ({"tensor_parallel": {"autotp_size": 0}}, "tensor_parallel.autotp_size"),
     ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 10}, None),
 ])
 def test_deepspeed_config_errors_name_the_key(bad, field):
