@@ -140,11 +140,14 @@ def estimate(
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
             if ds.autotp_size is not None:
                 # (by name: typer may bring its own copy of click and its ParameterSource enum)
-                tp_given = getattr(ctx.get_parameter_source("tp"), "name", "") == "COMMANDLINE"
-                if tp_given and tp != ds.autotp_size:
+                def given(option: str) -> bool:
+                    return getattr(ctx.get_parameter_source(option), "name", "") == "COMMANDLINE"
+
+                if given("tp") and tp != ds.autotp_size:
                     raise InputError("tp", f"--tp {tp} contradicts deepspeed_config.tensor_parallel.autotp_size "
                                      f"({ds.autotp_size}); give one or the other")
                 tp = ds.autotp_size
+                sp = sp if given("sp") else False  # AutoTP shards the linear layers, not the sequence
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)

@@ -31,6 +31,10 @@ USED_TOP = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_acc
 #: AutoTP training (DeepSpeed >= 0.16.4, deepspeed.ai/tutorials/autotp-training): "tensor_parallel":
 #: {"autotp_size": N} shards the linear layers over N ranks; it composes with ZeRO stage 0, 1 or 2
 USED_TP = {"autotp_size"}
+#: the rest of DeepSpeed's TPTrainingConfig (runtime/tensor_parallel/config.py): how the layers are sharded
+#: and kept, not how many ranks: skipped
+IGNORED_TP = {"tp_overlap_comm", "partition_config", "preset_model", "dtype", "keep_module_on_host", "tp",
+              "tensor_parallel", "tp_size", "tp_grain_size", "injection_policy_tuple", "kernel_inject"}
 IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer",
                "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
@@ -60,6 +64,15 @@ class DeepSpeedSettings:
     autotp_size: int | None = None
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
+        """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
+        tensor-parallel ranks (DeepSpeed checks it over the whole world when no mpu is passed): then the
+        global batch is it over autotp_size."""
+        tb, mb, ga, tp = self.train_batch_size, self.micro_batch, self.gradient_accumulation_steps, self.autotp_size
+        if tp and None not in (tb, mb, ga) and tb != mb * ga * dp and tb == mb * ga * dp * tp:
+            return tb // tp, mb, ga
+        return self._batch(dp)
+
+    def _batch(self, dp: int) -> tuple[int, int, int] | None:
         """(train_batch_size, micro-batch, accumulation steps) as DeepSpeed completes them from the keys
         given over ``dp`` data-parallel ranks (runtime/config.py ``_set_batch_related_parameters``: a missing
         one from the other two, integer division; accumulation 1 when only one is given), checked as its
@@ -158,9 +171,12 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     tp_section = data.get("tensor_parallel", {})
     if not isinstance(tp_section, dict):
         raise InputError(f"{PREFIX}.tensor_parallel", "must be an object like {\"autotp_size\": 4}")
-    _unknown(tp_section, USED_TP, f"{PREFIX}.tensor_parallel")
-    autotp = _pos_int(tp_section, "autotp_size", f"{PREFIX}.tensor_parallel")
-    if autotp is not None and autotp > 1 and stage == 3:
+    _unknown(tp_section, USED_TP | IGNORED_TP, f"{PREFIX}.tensor_parallel")
+    autotp = tp_section.get("autotp_size", 0)
+    if isinstance(autotp, bool) or not isinstance(autotp, int) or autotp < 0:
+        raise InputError(f"{PREFIX}.tensor_parallel.autotp_size", f"must be a whole number >= 0 (got {autotp!r})")
+    autotp = autotp if autotp > 1 else None  # DeepSpeed: 0 (its default) or 1 is AutoTP off
+    if autotp is not None and stage == 3:
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"AutoTP (tensor_parallel.autotp_size {autotp}) "
                          "composes with ZeRO stage 0, 1 or 2, not 3")
     bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")

@@ -242,6 +242,9 @@ AUTOTP_SP = Rule(28, "sp", "must be off in this framework (its tensor parallelis
 AUTOTP_ZERO3 = Rule(29, "zero_stage", "must be 0, 1 or 2 with tp > 1 in this framework (AutoTP with ZeRO-3 is not "
                     "supported)", lambda x: (x["zero_stage"] >= 3) & (x["tp"] > 1) & _framework_in(x, AUTOTP),
                     ("zero_stage", "tp", "framework"))
+AUTOTP_2D = Rule(30, "tp", "above 1 needs pp = 1 and cp = 1 in this framework (AutoTP composes with data parallelism "
+                 "and ZeRO only)", lambda x: (x["tp"] > 1) & ((x["pp"] > 1) | (x["cp"] > 1)) & _framework_in(x, AUTOTP),
+                 ("tp", "pp", "cp", "framework"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -254,7 +257,8 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RI
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
-                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3)
+                    BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
+                    AUTOTP_2D)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

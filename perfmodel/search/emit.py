@@ -197,8 +197,10 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
     }
     cfg["zero_optimization"] = zero
     if autotp(job, c):
-        # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training)
+        # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training); its
+        # batch check counts every rank when no mpu is given, so the batch is stated per data-parallel rank only
         cfg["tensor_parallel"] = {"autotp_size": c["tp"]}
+        del cfg["train_batch_size"]
     if c["recompute"] != "none":
         cfg["activation_checkpointing"] = {
             "partition_activations": c["tp"] > 1,
@@ -268,10 +270,17 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
     if target == "deepspeed":
         layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1 and not (k == "tp" and autotp(job, c))]
-        if layout:
+        if layout and (job.framework or "").strip().lower() == "deepspeed":
+            notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
+                         "(PipelineModule(num_stages=pp), DeepSpeed-Ulysses DistributedAttention over cp ranks); "
+                         f"train_batch_size assumes its data-parallel size is dp={c['dp']}")
+        elif layout:
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "
                          f"data-parallel size is dp={c['dp']}")
+        if autotp(job, c):
+            notes.append(f"train_batch_size is left out: DeepSpeed completes it from the micro-batch and accumulation "
+                         f"(dp={c['dp']} data-parallel ranks, global batch {job.global_batch})")
         if job.precision not in ("bf16", "fp16"):
             notes.append(f"{job.precision} GEMMs come from Transformer Engine in the model code: the JSON has no "
                          "switch for them and enables bf16")

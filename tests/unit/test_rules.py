@@ -158,3 +158,8 @@ def test_deepspeed_alone_has_autotp_only():
         assert rule.reason not in structural_violations(model, cluster, job, p.model_dump())
     model, cluster, p, job = cfg(framework="deepspeed", tp=1, dp=64, sp=False, zero_stage=3)
     assert rules.AUTOTP_ZERO3.reason not in structural_violations(model, cluster, job, p.model_dump())
+    # AutoTP composes with data parallelism and ZeRO, not with DeepSpeed's pipeline or Ulysses
+    model, cluster, p, job = cfg(framework="deepspeed", tp=2, pp=4, dp=8, sp=False)
+    assert rules.AUTOTP_2D.reason in structural_violations(model, cluster, job, p.model_dump())
+    model, cluster, p, job = cfg(framework="deepspeed", tp=1, pp=4, dp=16, sp=False)
+    assert rules.AUTOTP_2D.reason not in structural_violations(model, cluster, job, p.model_dump())

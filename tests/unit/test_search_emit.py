@@ -357,16 +357,18 @@ def test_deepspeed_alone_takes_its_tensor_parallelism_from_autotp(tmp_path):
                micro_batch=1)
     job = pm.JobSpec(global_batch=256, seq_len=4096, precision="bf16", framework="deepspeed")
     cfg = deepspeed_config(model, job, row)
-    assert cfg["tensor_parallel"] == {"autotp_size": 4}
-    assert not any("tp=" in n for n in emit_notes("deepspeed", model, job, row))
+    assert cfg["tensor_parallel"] == {"autotp_size": 4} and "train_batch_size" not in cfg
+    notes = emit_notes("deepspeed", model, job, row)
+    assert not any("tp=" in n for n in notes) and any("train_batch_size is left out" in n for n in notes)
     mds = deepspeed_config(model, job.model_copy(update={"framework": "megatron-deepspeed"}), row)
     assert "tensor_parallel" not in mds
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps(cfg))
     base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "256",
-            "--seq-len", "4096", "--framework", "deepspeed", "--no-sp", "--deepspeed-config", str(ds)]
+            "--seq-len", "4096", "--framework", "deepspeed", "--deepspeed-config", str(ds)]
     res = CliRunner().invoke(app, base + ["--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["config"]["tp"] == 4
+    got = json.loads(res.stdout)["config"]
+    assert got["tp"] == 4 and got["sp"] is False  # AutoTP has no sequence parallelism: off unless --sp is given
     res = CliRunner().invoke(app, base + ["--tp", "2"])
     assert res.exit_code == 2 and "error: tp: --tp 2 contradicts deepspeed_config.tensor_parallel.autotp_size" in res.output

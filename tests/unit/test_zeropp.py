@@ -124,8 +124,10 @@ def test_search_rejects_configs_that_no_longer_fit_with_hpz():
     assert unfit_hpz.any()
     for rec in res.candidates.to_dict("records"):
         assert rec["zeropp"] == "" or rec["zero_stage"] == 3
-    # the default search does not vary ZeRO++
-    assert (run_search(model, cluster, job, top=3).candidates["zeropp"] == "").all()
+    # the default search varies ZeRO++ for DeepSpeed alone (ZEROPP_FRAMEWORKS), not for other stacks
+    other = job.model_copy(update={"framework": "megatron-deepspeed"})
+    assert (run_search(model, cluster, other, top=None).candidates["zeropp"] == "").all()
+    assert (run_search(model, cluster, job, top=None).candidates["zeropp"] != "").any()
 
 
 # ---- DeepSpeed config --------------------------------------------------------------------------
@@ -152,7 +154,7 @@ def test_deepspeed_config_reads_zeropp_keys():
     # AutoTP composes with ZeRO 0-2 (deepspeed.ai/tutorials/autotp-training); its section takes autotp_size
     ({"zero_optimization": {"stage": 3}, "tensor_parallel": {"autotp_size": 4}}, "zero_optimization.stage"),
     ({"tensor_parallel": {"autotp": 4}}, "tensor_parallel.autotp"),
-    ({"tensor_parallel": {"autotp_size": 0}}, "tensor_parallel.autotp_size"),
+    ({"tensor_parallel": {"autotp_size": -1}}, "tensor_parallel.autotp_size"),
     ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 10}, None),
 ])
 def test_deepspeed_config_errors_name_the_key(bad, field):
@@ -248,3 +250,21 @@ def test_hpz_partition_rules_that_only_the_rank_count_catches():
         with pytest.raises(InputError):
             check_hpz_partition(hpz, 64, dp=dp, tp=tp)
     check_hpz_partition(32, 64, dp=16, tp=4)  # 8 members of 16
+
+
+def test_deepspeed_autotp_keys_as_deepspeed_reads_them():
+    """autotp_size 0 (DeepSpeed's default) or 1 is AutoTP off; the other TPTrainingConfig keys (preset_model,
+    tp_overlap_comm, partition_config, ...) shape the sharding, not the rank count, and are skipped; a
+    train_batch_size that counts the tensor-parallel ranks too (DeepSpeed's check without an mpu) is read
+    over them."""
+    assert parse_deepspeed_config({"tensor_parallel": {"autotp_size": 0}}).autotp_size is None
+    assert parse_deepspeed_config({"tensor_parallel": {"autotp_size": 1}}).autotp_size is None
+    ds = parse_deepspeed_config({"tensor_parallel": {"autotp_size": 4, "preset_model": "llama", "tp_overlap_comm": True,
+                                                     "partition_config": {}}})
+    assert ds.autotp_size == 4
+    world = parse_deepspeed_config({"train_batch_size": 1024, "train_micro_batch_size_per_gpu": 1,
+                                    "gradient_accumulation_steps": 16, "tensor_parallel": {"autotp_size": 4}})
+    assert world.batch(16) == (256, 1, 16)
+    per_dp = parse_deepspeed_config({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 1,
+                                     "gradient_accumulation_steps": 16, "tensor_parallel": {"autotp_size": 4}})
+    assert per_dp.batch(16) == (256, 1, 16)
