@@ -72,14 +72,20 @@ class Calibration(BaseModel):
     def cost_constants(self) -> CostConstants:
         return CostConstants(**self.constants)
 
+    def borrowed(self, name: str | None) -> dict[str, float]:
+        """What a stack built on another takes from that one's fit (FrameworkProfile.calibration_from):
+        its FRAMEWORK_SIBLING_KEYS values that this calibration does not fit for the stack itself."""
+        key = (name or "generic").strip().lower()
+        sibling = framework_profile(key).calibration_from
+        own = self.frameworks.get(key, {}) if key in PROFILES else {}
+        return {k: v for k, v in self.frameworks.get(sibling or "", {}).items()
+                if k in FRAMEWORK_SIBLING_KEYS and k not in own}
+
     def framework(self, name: str | None) -> FrameworkProfile:
         base = framework_profile(name)
         key = (name or "generic").strip().lower()
         key = key if key in PROFILES else "generic"
-        # a stack built on another shares its fitted kernel efficiency unless fitted itself
-        sibling = {k: v for k, v in self.frameworks.get(base.calibration_from or "", {}).items()
-                   if k in FRAMEWORK_SIBLING_KEYS}
-        over = {**sibling, **self.frameworks.get(key, {})}
+        over = {**self.borrowed(key), **self.frameworks.get(key, {})}
         return base.model_copy(update=over) if over else base
 
     def congestion_nodes(self, network: str | None) -> float:

@@ -25,7 +25,7 @@ app = typer.Typer(
 
 from perfmodel.cli_options import (  # noqa: E402  (shared with perfmodel.search.cli)
     BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
-    PrecisionOpt, ScaleOutOpt, SeqOpt,
+    PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
 )
 
 
@@ -139,15 +139,11 @@ def estimate(
             ds = load_deepspeed_config(deepspeed_config)
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
             if ds.autotp_size is not None:
-                # (by name: typer may bring its own copy of click and its ParameterSource enum)
-                def given(option: str) -> bool:
-                    return getattr(ctx.get_parameter_source(option), "name", "") == "COMMANDLINE"
-
-                if given("tp") and tp != ds.autotp_size:
+                if given_on_command_line(ctx, "tp") and tp != ds.autotp_size:
                     raise InputError("tp", f"--tp {tp} contradicts deepspeed_config.tensor_parallel.autotp_size "
                                      f"({ds.autotp_size}); give one or the other")
                 tp = ds.autotp_size
-                sp = sp if given("sp") else False  # AutoTP shards the linear layers, not the sequence
+                sp = sp if given_on_command_line(ctx, "sp") else False  # AutoTP shards the layers, not the sequence
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
@@ -230,7 +226,6 @@ def framework_note(framework: str | None, cal=None) -> str | None:
     """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
     'megatron-lm' would otherwise change the answer silently). A known stack that takes its kernel
     efficiency from the stack it is built on (no fit of its own in ``cal``) says that too."""
-    from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS
     from perfmodel.frameworks import PROFILES
 
     if framework is None:
@@ -240,14 +235,12 @@ def framework_note(framework: str | None, cal=None) -> str | None:
         known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
         return (f"note: framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
                 f"overlap; known: {known})")
-    sibling = PROFILES[name].calibration_from
-    if cal is None or sibling is None or any(k in cal.frameworks.get(name, {}) for k in FRAMEWORK_SIBLING_KEYS):
-        return None
-    taken = {k: v for k, v in cal.frameworks.get(sibling, {}).items() if k in FRAMEWORK_SIBLING_KEYS}
+    taken = cal.borrowed(name) if cal is not None else {}
     if not taken:
         return None
     values = ", ".join(f"{k} {v:.3f}" for k, v in sorted(taken.items()))
-    return f"note: {name} has no fit of its own: it runs at {sibling}'s fitted {values} (the stack it is built on)"
+    return (f"note: {name} has no fit of its own: it runs at {PROFILES[name].calibration_from}'s fitted {values} "
+            "(the stack it is built on)")
 
 
 def network_note(network: str | None, cal) -> str | None:

@@ -24,6 +24,12 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 OptionalGpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]
 
 
+def given_on_command_line(ctx: typer.Context, option: str) -> bool:
+    """Whether the user typed ``option`` (a parameter name), not left it at its default. Compared by name:
+    typer may bring its own copy of click, and with it its own ParameterSource enum."""
+    return getattr(ctx.get_parameter_source(option), "name", "") == "COMMANDLINE"
+
+
 def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
     """``"64,128,256"`` -> [64, 128, 256] (None when not given); each a positive integer of at most
     ``perfmodel.limits.MAX_GPUS``, else InputError naming ``field``."""

@@ -9,7 +9,7 @@ import typer
 
 from perfmodel.cli_options import (
     BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
-    PrecisionOpt, ScaleOutOpt, SeqOpt,
+    PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
 )
 
 CASTS = {"gpus": int, "seq_len": int, "global_batch": int, "scale_out_gbit_per_s": float,
@@ -100,8 +100,7 @@ def whatif_command(
         par = None
         check_mode(mode)
         if mode != "fixed":  # the search picks the configuration at each point: a given one would be ignored
-            # (by name: typer may bring its own copy of click and its ParameterSource enum)
-            given = [n for n in FIXED_ONLY if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"]
+            given = [n for n in FIXED_ONLY if given_on_command_line(ctx, n)]
             if given:
                 raise InputError(given[0], f"--{given[0].replace('_', '-')} describes the configuration of --mode "
                                  f"fixed; --mode {mode} searches the configuration at every point")

@@ -28,7 +28,7 @@ import json
 from typing import Mapping
 
 from perfmodel.frameworks import framework_profile
-from perfmodel.rules import torchtitan_layers_per_stage, torchtitan_split_ok
+from perfmodel.rules import AUTOTP, torchtitan_layers_per_stage, torchtitan_split_ok
 from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
@@ -162,9 +162,14 @@ def format_megatron(flags: list[str]) -> str:
     return " \\\n".join(f"    {ln}" for ln in lines)
 
 
+def deepspeed_alone(job: JobSpec) -> bool:
+    """DeepSpeed without Megatron (``rules.AUTOTP``): its tensor parallelism is AutoTP, its layout user code."""
+    return (job.framework or "").strip().lower() in AUTOTP
+
+
 def autotp(job: JobSpec, c: Mapping) -> bool:
     """The configuration's tensor parallelism is DeepSpeed's AutoTP: tp > 1 under DeepSpeed alone."""
-    return (job.framework or "").strip().lower() == "deepspeed" and c["tp"] > 1
+    return deepspeed_alone(job) and c["tp"] > 1
 
 
 def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
@@ -270,7 +275,7 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
     if target == "deepspeed":
         layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1 and not (k == "tp" and autotp(job, c))]
-        if layout and (job.framework or "").strip().lower() == "deepspeed":
+        if layout and deepspeed_alone(job):
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
                          "(PipelineModule(num_stages=pp), DeepSpeed-Ulysses DistributedAttention over cp ranks); "
                          f"train_batch_size assumes its data-parallel size is dp={c['dp']}")
