@@ -63,7 +63,9 @@ class CostConstants(BaseModel):
     hbm_efficiency: float = Field(
         0.80, ge=0.01, le=1, allow_inf_nan=False, description="Achieved / datasheet HBM bandwidth for streaming kernels.")
     optimizer_bytes_per_param: float = Field(
-        36.0, gt=0, le=1e4, allow_inf_nan=False, description="HBM traffic of one Adam step per parameter (read p,g,m,v fp32; write p,m,v; bf16 copy)."
+        36.0, gt=0, le=1e4, allow_inf_nan=False,
+        description="HBM traffic of one Adam step per parameter: read p, g, m, v in fp32 (16 B), write p, m, v "
+        "(12 B), write the 16-bit copy (2 B), read the gradients for the clipping norm and zero them (6 B).",
     )
     fp8_matmul_efficiency_ratio: float = Field(
         0.88, ge=0.01, le=1.2, allow_inf_nan=False,

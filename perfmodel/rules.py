@@ -57,6 +57,33 @@ NO_INTERLEAVING = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "nan
 #: OneFlow's GPT and the flash-attention training scripts have no sequence split at all
 NO_RING_CP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "oneflow", "flash-attn"})
 
+#: stacks whose context parallelism is Megatron-Core's: whatever the communication type (p2p ring or a2a),
+#: the batch is split along the sequence in 2 cp load-balanced chunks (megatron/training/utils.py
+#: get_batch_on_this_cp_rank: seq viewed as (2 cp, seq / (2 cp)))
+MEGATRON_CORE_CP = frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale"})
+#: stacks on torch.distributed.pipelining (torchtitan): ScheduleInterleaved1F1B runs the micro-batches in
+#: rounds of pp, and needs their number to split into equal rounds (n_microbatches % rounds == 0, rounds =
+#: max(1, n_microbatches // pp)); Megatron-Core groups pp micro-batches per virtual stage and raises unless
+#: the count is a multiple of the group (microbatch_group_size_per_vp_stage, default pp:
+#: "The remainder of M ... should be 0, or larger than or equal to the pipeline-parallel size")
+TORCH_PIPELINING = frozenset({"torchtitan"})
+#: stacks with ZeRO++ (DeepSpeed's zero_quantized_weights / zero_hpz_partition_size /
+#: zero_quantized_gradients): DeepSpeed and the stacks that train through its engine
+ZEROPP_STACKS = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox"})
+#: stacks whose data parallelism without sharding (DDP) does not compose with other parallelism:
+#: torchtitan raises "DDP has not supported > 1D parallelism" (models/llama3/infra/parallelize.py), and
+#: with cp > 1 it shards anyway (parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled)
+DDP_1D_ONLY = frozenset({"torchtitan"})
+#: stacks whose tensor parallelism needs whole key/value heads per rank: Megatron-Core's TransformerConfig
+#: ("num_query_groups ... must be a multiple of tensor_model_parallel_size"), nanotron's attention
+#: ("Number of key/value heads ... must be divisible by TP size"), torchtitan's (its k/v projections are
+#: column-sharded and viewed as heads of head_dim); every named stack here, the generic one aside
+KV_HEADS_PER_RANK = frozenset(name for name in PROFILES if name != "generic")
+#: stacks where Megatron's sequence parallelism and DeepSpeed-Ulysses exclude each other: Megatron-DeepSpeed
+#: asserts "sequence_parallel_size > 1 enables DeepSpeed's sequence parallel, which is not compatible with
+#: Megatron-LM's sequence parallel" (megatron/initialize.py)
+ULYSSES_NO_SP = frozenset({"megatron-deepspeed"})
+
 #: stacks whose tensor parallelism is DeepSpeed's AutoTP (DeepSpeed without Megatron): it shards the linear
 #: layers only, with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training: "ZeRO Optimization ...
 #: (Stage 0, 1, or 2)"), and has no sequence parallelism
@@ -114,7 +141,7 @@ class Rule:
     @property
     def reason(self) -> str:
         """One line for the search's rejection table: ``tp must divide n_heads``."""
-        return f"{self.field} {self.rule}" if self.rule.split()[0] in ("must", "needs", "with") else self.rule
+        return f"{self.field} {self.rule}" if self.rule.split()[0] in ("must", "needs", "with", "above") else self.rule
 
     def message(self, x: Arrays) -> str:
         """The rule with the values of one configuration, for an ``InputError``."""
@@ -151,6 +178,20 @@ def _per_stage_ok(x: Arrays, vpp) -> np.ndarray:
     return (-(-L // pp) % vpp == 0) | ((L + 2) // pp % vpp == 0)
 
 
+def _interleaving_broken(x: Arrays):
+    """Interleaved schedules need at least pp micro-batches per step, and the count to fit the stack's
+    grouping (``TORCH_PIPELINING``: equal rounds; Megatron-Core and the rest: a multiple of pp)."""
+    micro = x["global_batch"] // (x["micro_batch"] * x["dp"])
+    pp = x["pp"]
+    torch_rounds = micro % np.maximum(micro // np.maximum(pp, 1), 1) != 0
+    grouping = np.where(_framework_in(x, TORCH_PIPELINING), torch_rounds, micro % np.maximum(pp, 1) != 0)
+    return (x["vpp"] > 1) & ((micro < pp) | grouping)
+
+
+def _zeropp_on(x: Arrays):
+    return (np.asarray(x.get("qwz", 0)) > 0) | (np.asarray(x.get("hpz", 0)) > 0) | (np.asarray(x.get("qgz", 0)) > 0)
+
+
 def _ulysses_heads_broken(x: Arrays):
     on = (x["cp_ulysses"] == 1) & (x["cp"] > 1)
 
@@ -177,16 +218,19 @@ PP_LAYERS = Rule(
     5, "pp", "must divide n_layers, or n_layers + 2 with embedding and loss counted as layers "
     "(Megatron-Core account_for_embedding/loss_in_pipeline_split)",
     lambda x: (x["n_layers"] % x["pp"] != 0) & ((x["n_layers"] + 2) % x["pp"] != 0), ("pp", "n_layers"))
-CP_RING_SEQ = Rule(6, "cp", "ring CP needs seq_len divisible by 2*cp (Megatron load-balanced CP)",
-                   lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 0) & (x["seq_len"] % (2 * x["cp"]) != 0),
+CP_RING_SEQ = Rule(6, "cp", "ring CP, and any Megatron-Core CP, needs seq_len divisible by 2*cp (load-balanced "
+                   "chunks)",
+                   lambda x: (x["cp"] > 1) & ((x["cp_ulysses"] == 0) | _framework_in(x, MEGATRON_CORE_CP))
+                   & (x["seq_len"] % (2 * x["cp"]) != 0),
                    ("cp", "seq_len"))
 DP_BATCH = Rule(7, "dp", "must divide global_batch", lambda x: (x["dp"] > 0) & (x["global_batch"] % np.maximum(x["dp"], 1) != 0))
 VPP_PP = Rule(8, "vpp", "must be 1 when pp is 1", lambda x: (x["vpp"] > 1) & (x["pp"] == 1), ("vpp", "pp"))
 VPP_LAYERS = Rule(9, "vpp", "must divide the layers per pipeline stage",
                   lambda x: np.logical_not(_per_stage_ok(x, x["vpp"])), ("vpp", "layers per stage"))
 INTERLEAVED_MICRO = Rule(
-    10, "vpp", "interleaved schedule needs at least pp micro-batches",
-    lambda x: (x["vpp"] > 1) & (x["global_batch"] // (x["micro_batch"] * x["dp"]) < x["pp"]), ("micro-batches", "pp"))
+    10, "vpp", "interleaved schedule needs a multiple of pp micro-batches per step (Megatron-Core's groups of pp "
+    "per virtual stage; torch pipelining: at least pp, in equal rounds)",
+    _interleaving_broken, ("micro-batches", "pp"))
 BATCH = Rule(11, "global_batch", "must be a multiple of micro_batch*dp",
              lambda x: x["global_batch"] % (x["micro_batch"] * x["dp"]) != 0, ("global_batch", "micro_batch*dp"))
 SP_TP = Rule(12, "sp", "needs tp > 1", lambda x: (x["sp"] == 1) & (x["tp"] == 1))
@@ -245,6 +289,19 @@ AUTOTP_ZERO3 = Rule(29, "zero_stage", "must be 0, 1 or 2 with tp > 1 in this fra
 AUTOTP_2D = Rule(30, "tp", "above 1 needs pp = 1 and cp = 1 in this framework (AutoTP composes with data parallelism "
                  "and ZeRO only)", lambda x: (x["tp"] > 1) & ((x["pp"] > 1) | (x["cp"] > 1)) & _framework_in(x, AUTOTP),
                  ("tp", "pp", "cp", "framework"))
+TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with tp, pp or cp > 1 in this framework (its DDP is "
+              "data-parallel only)",
+              lambda x: (x["zero_stage"] == 0) & ((x["tp"] > 1) | (x["pp"] > 1) | (x["cp"] > 1))
+              & _framework_in(x, DDP_1D_ONLY), ("zero_stage", "tp", "pp", "cp", "framework"))
+TP_KV_STACK = Rule(32, "tp", "must divide n_kv_heads in this framework (each rank holds whole key/value heads)",
+                   lambda x: (x["n_kv_heads"] % x["tp"] != 0) & _framework_in(x, KV_HEADS_PER_RANK),
+                   ("tp", "n_kv_heads", "framework"))
+ULYSSES_SP = Rule(33, "sp", "must be off with cp_kind ulysses in this framework (Megatron's and DeepSpeed's "
+                  "sequence parallelism exclude each other)",
+                  lambda x: (x["sp"] == 1) & (x["cp"] > 1) & (x["cp_ulysses"] == 1) & _framework_in(x, ULYSSES_NO_SP),
+                  ("sp", "cp", "framework"))
+ZEROPP_STACK = Rule(34, "zeropp", "needs a framework with ZeRO++ (DeepSpeed's engine)",
+                    lambda x: _zeropp_on(x) & np.logical_not(_framework_in(x, ZEROPP_STACKS)), ("framework",))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -252,13 +309,13 @@ HPZ_NODES = Rule(
 
 #: what any configuration given to estimate / whatif must satisfy (the layout is well formed), in
 #: the order they are reported
-CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_RING_SEQ, CP_SEQ, ULYSSES_HEADS,
+CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SEQ, CP_RING_SEQ, ULYSSES_HEADS,
                 OFFLOAD_PP, HPZ_NODES)
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
-                    AUTOTP_2D)
+                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

@@ -32,6 +32,7 @@ from perfmodel.costs.memory import (
     RECOMPUTE_SELECTIVE,
     layer_activation_bytes,
     in_flight_layers,
+    last_stage_in_flight_layers,
     offloaded_layers,
     model_state_bytes,
 )
@@ -147,7 +148,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     tokens = b * s_loc                  # GEMM rows per micro-batch
     n_micro = B / (dp * b)              # micro-batches per step per pipeline
     layers = np.ceil(L / pp)            # layers on the fullest stage (uneven splits round up)
-    kv_w = kv * h / a
+    # key/value heads as one TP group holds them: a rank keeps whole heads, so a tp above the
+    # head count replicates them (each rank one head); Megatron-Core, nanotron and torchtitan refuse
+    # such a tp instead (rules.TP_KV_STACK), the search never proposes it
+    kv_held = np.maximum(kv, tp)
+    kv_w = kv_held * h / a
     sp_div = np.where(sp > 0, tp, 1.0)
 
     # ---- compute of one layer, one micro-batch (forward) -------------------------------------
@@ -247,6 +252,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
     ulysses_layer_s = 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
     cp_layer_s = np.where(f64["cp_ulysses"] > 0, ulysses_layer_s, ring_layer_s)
+    # a recompute that re-runs the attention re-runs its exchange too (full recompute, and Megatron's
+    # selective one, which checkpoints the core attention where Transformer Engine runs the CP
+    # exchange; torchtitan's op-level policy keeps the attention output): the ring's exposed forward
+    # part, or Ulysses' forward all-to-alls
+    reruns_attention = (rc == RECOMPUTE_FULL) | ((rc == RECOMPUTE_SELECTIVE) & np.logical_not(alt_mm))
+    cp_rerun_s = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
+    cp_layer_s = cp_layer_s + np.where(reruns_attention, cp_rerun_s, 0.0)
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
@@ -280,7 +292,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # Transformer Engine keeps the fp8 copies of the linear inputs in fp8/fp4 runs
     quantized_inputs = (peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0)
     act_layer, act_working = layer_activation_bytes(
-        s_loc, b, h, ffn, a, kv, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
+        s_loc, b, h, ffn, a, kv_held, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
         quantized_inputs=quantized_inputs, selective_alternate_mm=f64["selective_alternate_mm"],
     )
     act_mb_bytes = act_layer * layers
@@ -317,7 +329,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         pp_comm = pp_comm + (1.0 - f64["pp_overlap"]) * 2.0 * n_micro * logits_link_s * logits_p2p
 
     # ---- data parallel: gradients and ZeRO gathers -----------------------------------------
-    p_layer = parameter_count(1, h, ffn, a, kv, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
+    p_layer = parameter_count(1, h, ffn, a, kv_held, 0, mm, 1, f64["biases"]) - np.where(f64["biases"] > 0, 2 * h, h)
     embed = V * h * np.where(pp > 1, 1.0, np.where(f64["tied_embeddings"] > 0, 1.0, 2.0))
     params_gpu = (mem_layers * p_layer + embed) / tp
     grad_bytes = f64["grad_bytes_per_param"]
@@ -366,7 +378,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     z3_sub = zero3_microbatch(
         coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
-        tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv, mm, tp)], layers=sub(layers),
+        tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv_held, mm, tp)], layers=sub(layers),
         embed_numel=sub(embed / tp), dp=sub(dpc), dp_stride=sub(dp_stride), dp_per_node=sub(dp_per_node),
         hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz), grad_bytes=sub(grad_bytes),
         step_latency_s=sub(f64["zero3_step_latency_s"]),
@@ -425,7 +437,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])
     first_stage = act_layer * in_flight_layers(np.maximum(L, mem_layers * pp), pp, v, n_micro) + act_working - offloaded
     logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
-    last_stage = act_layer * mem_layers + act_working + logits_bytes
+    # the last stage's interleaved warm-up is offloaded alike (the share alpha beyond one micro-batch's layers)
+    last_layers = last_stage_in_flight_layers(mem_layers, pp, v, n_micro)
+    last_offloaded = f64["offload_fraction"] * np.maximum(last_layers - np.minimum(mem_layers, mem_layers * n_micro), 0.0)
+    last_stage = act_layer * (last_layers - last_offloaded) + act_working + logits_bytes
     activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
     memory = {
         "weights_gib": weights / GIB_BYTES,

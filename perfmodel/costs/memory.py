@@ -137,6 +137,19 @@ def in_flight_layers(n_layers, pp, vpp, n_micro):
     return np.minimum(peak, n_layers / pp * n_micro)
 
 
+def last_stage_in_flight_layers(stage_layers, pp, vpp, n_micro):
+    """Layers' worth of activations the last pipeline stage holds at its peak (``stage_layers`` per stage).
+
+    1F1B: one micro-batch. Interleaved with v chunks: Megatron's schedule warms the last rank up with
+    (v - 1) p chunks (``get_num_warmup_microbatches``: (p - rank - 1) 2 + (v - 1) p, microbatch groups of
+    p), and its steady state runs one more forward before the first backward, so (v - 1) p + 1 chunks of
+    l/(p v) layers: l/p ((v - 1) p + 1) / v. Never more than all micro-batches.
+    """
+    vpp = np.asarray(vpp, dtype=float)
+    chunks = np.where(vpp > 1, (vpp - 1.0) * pp + 1.0, 1.0)
+    return np.minimum(stage_layers * chunks / vpp, stage_layers * n_micro)
+
+
 def model_state_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param, weight_bytes_per_param=2.0,
                       optimizer_bytes_per_param=12.0):
     """(weights, gradients, optimizer states) per GPU for mixed-precision Adam

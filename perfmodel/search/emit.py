@@ -9,7 +9,13 @@ Flag and key names are the projects' own (checked against their sources):
   --recompute-granularity {full,selective}, --recompute-method {uniform,block},
   --recompute-num-layers, --use-distributed-optimizer, --use-megatron-fsdp,
   --data-parallel-sharding-strategy {no_shard,optim,optim_grads,optim_grads_params},
-  --ckpt-format fsdp_dtensor, --fp8-format {e4m3,hybrid}, --fp8-recipe, --fp4-format e2m1.
+  --ckpt-format fsdp_dtensor, --fp8-format {e4m3,hybrid}, --fp8-recipe, --fp4-format e2m1,
+  --overlap-p2p-communication (validate_args: an interleaved schedule without it needs pp > 2).
+* Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed ``megatron/arguments.py``): --num-key-value-heads,
+  --use-rotary-position-embeddings, --ds-sequence-parallel-size (DeepSpeed-Ulysses; "Cannot be combined
+  with --sequence-parallel"), --zero-stage, --no-pipeline-parallel (DeepSpeed's PipelineModule is used
+  unless it is given), and DeepSpeed's own --deepspeed --deepspeed_config FILE
+  (``deepspeed.add_config_arguments``).
 * DeepSpeed ``deepspeed/runtime/constants.py`` (train_batch_size, train_micro_batch_size_per_gpu,
   gradient_accumulation_steps, bf16/fp16.enabled, gradient_clipping, steps_per_print) and
   ``deepspeed/runtime/zero/config.py`` (zero_optimization: stage, overlap_comm, reduce_scatter,
@@ -47,26 +53,29 @@ def _cfg(row: Mapping) -> dict:
     }
 
 
+#: stacks whose launcher takes Megatron-DeepSpeed's flags (DeepSpeed engine underneath)
+MEGATRON_DEEPSPEED = frozenset({"megatron-deepspeed"})
+
+
+def megatron_deepspeed(job: JobSpec) -> bool:
+    """The job runs on Megatron-DeepSpeed, whose flags differ from Megatron-LM's where DeepSpeed takes over."""
+    return (job.framework or "").strip().lower() in MEGATRON_DEEPSPEED
+
+
 def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     """Megatron-LM arguments (one token per list item) for the configuration ``row``, as it was
     costed: the communication-overlap flags only where the job's framework profile overlaps that
     communication (``megatron-lm`` is Megatron-LM as its arguments default, without them; ``nemo`` /
-    ``megatron-bridge`` are Megatron-Core with its performance recipes' overlaps)."""
+    ``megatron-bridge`` are Megatron-Core with its performance recipes' overlaps). Under
+    Megatron-DeepSpeed, its own flags: Ulysses instead of Megatron-Core CP, ZeRO through DeepSpeed."""
     c = _cfg(row)
+    if megatron_deepspeed(job):
+        return _megatron_deepspeed_flags(model, job, c)
     profile = framework_profile(job.framework)
     L = model.n_layers
-    f = [
-        "--num-layers", str(L), "--hidden-size", str(model.hidden_size),
-        "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.n_heads),
-    ]
+    f = _model_flags(model)
     if model.n_kv_heads != model.n_heads:
         f += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
-    if model.mlp_matrices == 3:
-        f += ["--swiglu"]
-    if not model.tied_embeddings:
-        f += ["--untie-embeddings-and-output-weights"]
-    if model.mlp != "gelu":  # the costed block has no linear biases (ModelSpec.n_params)
-        f += ["--disable-bias-linear"]
     if not model.learned_pos_emb:  # no position table was costed: rotary embeddings
         f += ["--position-embedding-type", "rope"]
     f += [
@@ -86,14 +95,12 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     if c["vpp"] > 1:
         per_stage = (L + 2 if account else L) // c["pp"]
         f += ["--num-layers-per-virtual-pipeline-stage", str(per_stage // c["vpp"])]
+        if c["pp"] == 2:  # validate_args: interleaving without p2p overlap asserts pp > 2
+            f += ["--overlap-p2p-communication"]
     if c["sp"] and c["tp"] > 1:
         f += ["--sequence-parallel"]
-    f += ["--micro-batch-size", str(c["mb"]), "--global-batch-size", str(job.global_batch)]
-    if c["recompute"] == "selective":
-        f += ["--recompute-granularity", "selective"]
-    elif c["recompute"] == "full":
-        f += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    elif c["recompute"] == "balanced":  # Megatron-Kwai (examples/atc24/pretrain_llama.sh, CKPT=ours)
+    f += _batch_recompute_flags(job, c)
+    if c["recompute"] == "balanced":  # Megatron-Kwai (examples/atc24/pretrain_llama.sh, CKPT=ours)
         f += ["--kaimm-recompute-norm", "--kaimm-recompute-mlp-activation-func"]
     if c["offload"] > 0:  # Megatron-Kwai pipeline-aware activation offloading
         f += ["--kaimm-offload-activation-ratio", f"{c['offload']:g}"]
@@ -112,16 +119,65 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     if c["tp"] > 1 and c["sp"] and profile.tp_overlap > 0:  # TransformerEngine userbuffers (needs SP)
         f += ["--tp-comm-overlap"]
     prec = job.precision
-    if prec == "fp16":
-        f += ["--fp16"]
-    else:
-        f += ["--bf16"]
+    f += ["--fp16"] if prec == "fp16" else ["--bf16"]
+    if prec != "fp16":
         if prec == "fp8":
             f += ["--fp8-format", "hybrid"]
         elif prec == "mxfp8":
             f += ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"]
         elif prec == "nvfp4":
             f += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    return f
+
+
+def _model_flags(model: ModelSpec) -> list[str]:
+    """The shape flags Megatron-LM and Megatron-DeepSpeed share (GQA and positions differ: callers add them)."""
+    f = [
+        "--num-layers", str(model.n_layers), "--hidden-size", str(model.hidden_size),
+        "--ffn-hidden-size", str(model.ffn_hidden_size), "--num-attention-heads", str(model.n_heads),
+    ]
+    if model.mlp_matrices == 3:
+        f += ["--swiglu"]
+    if not model.tied_embeddings:
+        f += ["--untie-embeddings-and-output-weights"]
+    if model.mlp != "gelu":  # the costed block has no linear biases (ModelSpec.n_params)
+        f += ["--disable-bias-linear"]
+    return f
+
+
+def _batch_recompute_flags(job: JobSpec, c: Mapping) -> list[str]:
+    f = ["--micro-batch-size", str(c["mb"]), "--global-batch-size", str(job.global_batch)]
+    if c["recompute"] == "selective":
+        f += ["--recompute-granularity", "selective"]
+    elif c["recompute"] == "full":
+        f += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    return f
+
+
+def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> list[str]:
+    """Megatron-DeepSpeed's flags for ``c``: its GQA and rotary switches, DeepSpeed-Ulysses for cp
+    (``rules.RING_CP_STACK``: no ring CP), DeepSpeed's pipeline engine (no interleaving, its own layer
+    partition) and ZeRO from the DeepSpeed config (``--emit deepspeed``) with the matching --zero-stage;
+    no overlap switches (the profile costs none)."""
+    f = _model_flags(model)
+    if model.n_kv_heads != model.n_heads:
+        f += ["--num-key-value-heads", str(model.n_kv_heads)]
+    if not model.learned_pos_emb:
+        f += ["--use-rotary-position-embeddings"]
+    f += [
+        "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
+        "--tensor-model-parallel-size", str(c["tp"]),
+        "--pipeline-model-parallel-size", str(c["pp"]),
+    ]
+    if c["pp"] == 1:
+        f += ["--no-pipeline-parallel"]
+    if c["cp"] > 1:
+        f += ["--ds-sequence-parallel-size", str(c["cp"])]
+    if c["sp"] and c["tp"] > 1:
+        f += ["--sequence-parallel"]
+    f += _batch_recompute_flags(job, c)
+    f += ["--fp16"] if job.precision == "fp16" else ["--bf16"]
+    f += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(c["zero"])]
     return f
 
 
@@ -137,6 +193,8 @@ def megatron_accounts_embedding_loss(n_layers: int, pp: int, vpp: int) -> bool:
 def megatron_overlap_hint(job: JobSpec, row: Mapping) -> str | None:
     """What a Megatron-LM user could add beyond what was costed: the overlap flags the profile leaves off."""
     c, profile = _cfg(row), framework_profile(job.framework)
+    if megatron_deepspeed(job):  # its gradient reduction is DeepSpeed's: no such switches
+        return None
     extra = []
     overlapped = profile.zero3_overlap if c["zero"] >= 3 else profile.dp_overlap
     if c["dp"] * c["cp"] > 1 and overlapped == 0:
@@ -270,6 +328,14 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
     if target == "megatron":
         notes.append("the normalization is not part of the costed shape: add your model's (Llama: "
                      "--normalization RMSNorm; Megatron's default is LayerNorm)")
+        if megatron_deepspeed(job):
+            notes.append("ds_config.json is the DeepSpeed config of this configuration: write it with --emit deepspeed")
+            if job.precision not in ("bf16", "fp16"):
+                notes.append(f"{job.precision} was costed: Megatron-DeepSpeed has no Transformer Engine "
+                             "low-precision switch; --bf16 is emitted")
+        elif c["vpp"] > 1 and c["pp"] == 2:
+            notes.append("--overlap-p2p-communication is required by Megatron with interleaving on 2 pipeline "
+                         "stages; the costed pipeline communication overlap is the stack's usual one")
         if c["zeropp"]:
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
@@ -308,6 +374,10 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "gives that many; its default split (2 stages per rank) is emitted")
         if job.precision in ("mxfp8", "nvfp4"):
             notes.append(f"{job.precision} is not emitted: enable torchtitan's MX converter for it")
+        if job.precision == "fp16":
+            notes.append("fp16 was costed, but torchtitan's mixed precision takes bfloat16 or float32 only "
+                         "([training] mixed_precision_param): on a GPU without bf16 tensor cores (V100) "
+                         "torchtitan is not an option at this speed")
     if c["offload"] > 0 and target != "megatron":
         notes.append(f"activation offloading ({c['offload']:g} of a micro-batch) is Megatron-Kwai's: "
                      f"{target} cannot express it")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel import rules
 from perfmodel.errors import InputError
 from perfmodel.estimate import build_inputs, check_precision
 from perfmodel.search.space import (
@@ -27,7 +28,7 @@ from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
 
 #: stacks that implement ZeRO++ (DeepSpeed zero_optimization.zero_quantized_weights / ...)
-ZEROPP_FRAMEWORKS = {"deepspeed"}
+ZEROPP_FRAMEWORKS = rules.ZEROPP_STACKS
 
 Objective = Literal["throughput", "time-to-train", "cost"]
 OBJECTIVES = ("throughput", "time-to-train", "cost")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.costs.memory import RECOMPUTE_SELECTIVE
-from perfmodel.rules import ZERO_0_3_ONLY
+from perfmodel.rules import AUTOTP, ZERO_0_3_ONLY
 from perfmodel.search.engine import Evaluated, SearchResult, breakdown_frame
 from perfmodel.step import TIME_PARTS
 
@@ -55,18 +55,26 @@ def default_zero_stage(framework: str | None) -> int:
     return 3 if (framework or "").lower() in ZERO_0_3_ONLY else 1
 
 
-def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None) -> int | None:
-    """Index (into ``ev``) of the common-default configuration, or None if it never fits."""
+def default_sp(framework: str | None) -> bool:
+    """Whether the common default shards the sequence with its TP: yes, but where the stack's TP has no
+    sequence parallelism (DeepSpeed's AutoTP)."""
+    return (framework or "").lower() not in AUTOTP
+
+
+def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None, require_fit: bool = True) -> int | None:
+    """Index (into ``ev``) of the common-default configuration, or None if it never fits (or, with
+    ``require_fit=False``, is not in the evaluated space at all)."""
     c, fits = ev.configs, ev.metrics["fits"]
     zero = default_zero_stage(framework)
+    sp = int(default_sp(framework))
     tps = np.unique(c["tp"])
     for t in (8, 4, 2, 1):
         if t > gpus_per_node or t not in tps:
             continue
         m = (
             (c["tp"] == t) & (c["cp"] == 1) & (c["vpp"] == 1) & (c["micro_batch"] == 1)
-            & (c["sp"] == int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] * c["cp"] > 1, zero, 0))
-            & (c["recompute"] == RECOMPUTE_SELECTIVE) & fits
+            & (c["sp"] == sp * int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] * c["cp"] > 1, zero, 0))
+            & (c["recompute"] == RECOMPUTE_SELECTIVE) & (fits if require_fit else True)
             # nothing the common default does not do: no activation offloading, no ZeRO++
             & (c["offload_fraction"] == 0) & ~np.any([c[k] > 0 for k in ("qwz", "hpz", "qgz") if k in c], axis=0)
         )
@@ -134,9 +142,14 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
     ev = result.evaluated[gi]
     d = default_row(ev, gpus_per_node, framework)
     zname = f"ZeRO-{default_zero_stage(framework)}"
+    spname = "SP" if default_sp(framework) else "no SP"
     if d is None:
-        lines.append(f"common default (TP=8 in the node, SP, {zname}, selective recompute, mb=1, smallest PP that "
-                     "fits) does not fit in memory at any PP")
+        what = (f"common default (TP=8 in the node, {spname}, {zname}, selective recompute, mb=1, smallest PP that "
+                "fits)")
+        if default_row(ev, gpus_per_node, framework, require_fit=False) is None:
+            lines.append(f"{what} is not among the configurations {framework or 'the stack'} can run for this job")
+        else:
+            lines.append(f"{what} does not fit in memory at any PP")
         return lines
     b = breakdown_frame(ev, np.array([d])).iloc[0]
     row = {k: int(ev.configs[k][d]) for k in CONFIG_KEYS}
@@ -146,7 +159,7 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
     tps = float(ev.metrics["tokens_per_s_per_gpu"][d])
     same = all(row[k] == win[k] for k in CONFIG_KEYS) and row["n_gpus"] == win["n_gpus"]
     if same:
-        lines.append(f"the winner is the common default (TP in the node, SP, {zname}, selective recompute, "
+        lines.append(f"the winner is the common default (TP in the node, {spname}, {zname}, selective recompute, "
                      "smallest PP that fits)")
         return lines
     full = pd.Series({**row, **b.to_dict()})

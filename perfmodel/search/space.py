@@ -81,8 +81,8 @@ def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[d
     dp = np.where(n % mp == 0, n // mp, 0).astype(np.int32)
     # the CP kind is chosen later, with ring CP's own rule (seq_len divisible by 2 cp)
     x = {**rules.job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp}
-    reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_DOMAINS, rules.PP_LAYERS,
-                           rules.CP_SEQ, rules.DP_BATCH, rules.AUTOTP_2D), x, tp.shape)
+    reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_KV_STACK, rules.TP_DOMAINS,
+                           rules.PP_LAYERS, rules.CP_SEQ, rules.DP_BATCH, rules.AUTOTP_2D), x, tp.shape)
     return {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, reason
 
 
@@ -143,7 +143,8 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(x, reason3 == OK)
 
     x = _expand(x, {"zero_stage": np.arange(4, dtype=np.int32)})
-    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP, rules.AUTOTP_ZERO3),
+    reason4 = reason_codes((rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP, rules.AUTOTP_ZERO3,
+                            rules.TT_DDP),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
@@ -151,7 +152,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
     reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED,
-                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK),
+                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK, rules.ULYSSES_SP),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)

@@ -124,10 +124,12 @@ def test_search_rejects_configs_that_no_longer_fit_with_hpz():
     assert unfit_hpz.any()
     for rec in res.candidates.to_dict("records"):
         assert rec["zeropp"] == "" or rec["zero_stage"] == 3
-    # the default search varies ZeRO++ for DeepSpeed alone (ZEROPP_FRAMEWORKS), not for other stacks
-    other = job.model_copy(update={"framework": "megatron-deepspeed"})
+    # the default search varies ZeRO++ for the stacks on DeepSpeed's engine (ZEROPP_FRAMEWORKS), not for others
+    other = job.model_copy(update={"framework": "megatron-lm"})
     assert (run_search(model, cluster, other, top=None).candidates["zeropp"] == "").all()
     assert (run_search(model, cluster, job, top=None).candidates["zeropp"] != "").any()
+    mds = job.model_copy(update={"framework": "megatron-deepspeed"})
+    assert (run_search(model, cluster, mds, top=None).candidates["zeropp"] != "").any()
 
 
 # ---- DeepSpeed config --------------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""What the named stacks can run, as the search, estimate and ``--emit`` state it (a review of the
+search against the stacks' own checks):
+
+* Megatron-Core's interleaved schedule runs micro-batches in groups of pp per virtual stage and
+  raises unless their number is a multiple of the group (``microbatch_group_size_per_vp_stage``,
+  default pp); torch pipelining (torchtitan) needs equal rounds; Megatron asserts pp > 2 for an
+  interleaved schedule without ``--overlap-p2p-communication``.
+* torchtitan's DDP is data-parallel only ("DDP has not supported > 1D parallelism").
+* Megatron-Core, nanotron and torchtitan keep whole key/value heads on a TP rank.
+* Megatron-DeepSpeed's ``--ds-sequence-parallel-size`` (Ulysses) "cannot be combined with
+  --sequence-parallel"; its flags are its own (``megatron/arguments.py``).
+* ZeRO++ is DeepSpeed's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import perfmodel as pm
+from perfmodel import rules
+from perfmodel.cli import app
+from perfmodel.costs.memory import in_flight_layers, last_stage_in_flight_layers
+from perfmodel.estimate import config_arrays
+from perfmodel.search import run_search
+from perfmodel.search.emit import emit_notes, megatron_flags
+
+runner = CliRunner()
+GPU = pm.load_gpu("h100-sxm5-80gb")
+
+
+def _x(framework, **kw):
+    base = dict(tp=1, pp=1, dp=1, cp=1, vpp=1, micro_batch=1, global_batch=64, sp=0, zero_stage=1, cp_ulysses=0,
+                n_kv_heads=8, seq_len=4096, framework=framework)
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize("framework, micro, broken", [
+    ("megatron-lm", 64, True),    # 64 % 6 = 4: Megatron-Core raises
+    ("megatron-lm", 60, False),
+    ("nemo", 66, False),
+    ("torchtitan", 64, True),     # rounds = 64 // 6 = 10; 64 % 10 = 4
+    ("torchtitan", 60, False),
+    ("torchtitan", 7, False),     # one round of 7 >= 6
+    ("megatron-lm", 5, True),     # fewer than pp
+])
+def test_interleaved_micro_batch_count(framework, micro, broken):
+    x = _x(framework, pp=6, vpp=2, dp=1, micro_batch=1, global_batch=micro)
+    assert bool(rules.INTERLEAVED_MICRO.broken(x)) is broken
+    assert not rules.INTERLEAVED_MICRO.broken({**x, "vpp": 1})
+
+
+def test_search_winners_have_runnable_interleaving():
+    """The reviewer's job: 384 A100s with 1,536 sequences; every interleaved candidate has a multiple of pp
+    micro-batches, and an interleaved 2-stage pipeline is emitted with --overlap-p2p-communication."""
+    model = pm.load_model("gpt3-175b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 384, 8)
+    df = run_search(model, cluster, pm.JobSpec(global_batch=1536, seq_len=2048), top=50).candidates
+    inter = df[df.vpp > 1]
+    assert len(inter) and np.all((1536 // (inter.micro_batch * inter.dp)) % inter.pp == 0)
+
+    row = dict(tp=8, pp=2, dp=1, cp=1, vpp=5, micro_batch=1, sp=True, zero_stage=0, zeropp="", recompute="full")
+    job = pm.JobSpec(global_batch=32, seq_len=8192)
+    flags = megatron_flags(pm.load_model("llama3-70b"), job, row)
+    assert "--overlap-p2p-communication" in flags
+    assert "--overlap-p2p-communication" not in megatron_flags(pm.load_model("llama3-70b"), job, {**row, "pp": 4})
+    assert "--overlap-p2p-communication" not in megatron_flags(pm.load_model("llama3-70b"), job, {**row, "vpp": 1})
+
+
+def test_torchtitan_ddp_is_data_parallel_only():
+    assert rules.TT_DDP.broken(_x("torchtitan", tp=2, zero_stage=0))
+    assert rules.TT_DDP.broken(_x("torchtitan", cp=2, zero_stage=0))
+    assert not rules.TT_DDP.broken(_x("torchtitan", tp=2, zero_stage=3))
+    assert not rules.TT_DDP.broken(_x("torchtitan", zero_stage=0))
+    assert not rules.TT_DDP.broken(_x("megatron-lm", tp=2, zero_stage=0))
+    model = pm.load_model("gpt3-1.3b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 128, 8)
+    df = run_search(model, cluster, pm.JobSpec(global_batch=256, seq_len=2048, framework="torchtitan"),
+                    top=200).candidates
+    ddp = df[df.zero_stage == 0]
+    assert len(ddp) and np.all((ddp.tp == 1) & (ddp.pp == 1) & (ddp.cp == 1))
+
+
+def test_whole_kv_heads_per_tp_rank():
+    for fw in ("megatron-lm", "nemo", "nanotron", "torchtitan", "megatron-deepspeed"):
+        assert rules.TP_KV_STACK.broken(_x(fw, tp=16, n_kv_heads=8)), fw
+        assert not rules.TP_KV_STACK.broken(_x(fw, tp=8, n_kv_heads=8)), fw
+    assert not rules.TP_KV_STACK.broken(_x("generic", tp=16, n_kv_heads=8))
+    # a StarCoder2-15B-like shape (48 heads, 4 key/value heads): the search never gives tp 8
+    model = pm.ModelSpec(name="sc2", n_layers=40, hidden_size=6144, ffn_hidden_size=24576, n_heads=48,
+                         n_kv_heads=4, vocab_size=49152, mlp="gelu")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-40gb"), 16, 8)
+    res = run_search(model, cluster, pm.JobSpec(global_batch=16, seq_len=32768), top=100)
+    assert set(res.candidates.tp) <= {1, 2, 4}
+
+
+def test_a_tp_above_the_kv_heads_is_costed_with_replicated_heads():
+    """Where a stack allows it (generic), a rank holds one whole key/value head, not half of one: the costs
+    of 8 key/value heads at tp 16 equal those of 16 (the model FLOPs, and so MFU, keep the real 8)."""
+    base = pm.load_model("llama3-70b")
+    cluster = pm.ClusterSpec.build(GPU, 64, 8)
+    job = pm.JobSpec(global_batch=64, seq_len=8192, framework="generic")
+    par = pm.ParallelSpec(tp=16, pp=4, dp=1, recompute="selective")
+    est8 = pm.estimate(base, cluster, par, job)
+    est16 = pm.estimate(base.model_copy(update={"n_kv_heads": 16}), cluster, par, job)
+    assert est8.iteration_time_s == pytest.approx(est16.iteration_time_s, rel=1e-12)
+    assert est8.memory_gib == pytest.approx(est16.memory_gib, rel=1e-12)
+    assert est8.mfu < est16.mfu
+
+
+def test_megatron_deepspeed_ulysses_excludes_megatron_sp():
+    assert rules.ULYSSES_SP.broken(_x("megatron-deepspeed", tp=2, cp=4, sp=1, cp_ulysses=1))
+    assert not rules.ULYSSES_SP.broken(_x("megatron-deepspeed", tp=2, cp=4, sp=0, cp_ulysses=1))
+    assert not rules.ULYSSES_SP.broken(_x("nemo", tp=2, cp=4, sp=1, cp_ulysses=1))
+
+
+def test_megatron_deepspeed_flags_are_its_own():
+    """Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py): Ulysses through
+    --ds-sequence-parallel-size, GQA through --num-key-value-heads, ZeRO through DeepSpeed's config and
+    --zero-stage; none of Megatron-Core's CP, FSDP or overlap switches."""
+    row = dict(tp=2, pp=1, dp=4, cp=4, vpp=1, micro_batch=1, sp=False, zero_stage=3, zeropp="", recompute="full",
+               cp_kind="ulysses")
+    job = pm.JobSpec(global_batch=64, seq_len=8192, framework="megatron-deepspeed")
+    flags = megatron_flags(pm.load_model("llama3-8b"), job, row)
+    assert flags[flags.index("--ds-sequence-parallel-size") + 1] == "4"
+    assert flags[flags.index("--num-key-value-heads") + 1] == "8"
+    assert flags[flags.index("--zero-stage") + 1] == "3"
+    assert {"--deepspeed", "--deepspeed_config", "--no-pipeline-parallel", "--use-rotary-position-embeddings"} <= set(flags)
+    for absent in ("--context-parallel-size", "--cp-comm-type", "--use-megatron-fsdp", "--overlap-grad-reduce",
+                   "--use-distributed-optimizer", "--group-query-attention", "--sequence-parallel"):
+        assert absent not in flags, absent
+    assert any("--emit deepspeed" in n for n in emit_notes("megatron", pm.load_model("llama3-8b"), job, row))
+
+
+def test_zeropp_is_deepspeeds():
+    x = config_arrays(pm.load_model("llama2-13b"), pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8),
+                      pm.ParallelSpec(tp=1, pp=1, dp=64, zero_stage=3, zeropp=frozenset({"qwz", "hpz", "qgz"})),
+                      pm.JobSpec(global_batch=256, seq_len=2048, framework="megatron-lm"))
+    assert rules.ZEROPP_STACK.broken(x)
+    assert not rules.ZEROPP_STACK.broken({**x, "framework": "deepspeed"})
+    assert not rules.ZEROPP_STACK.broken({**x, "qwz": 0, "hpz": 0, "qgz": 0})
+    args = ["estimate", "--model", "llama2-13b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--global-batch", "256",
+            "--zero-stage", "3", "--zeropp", "qwz,hpz,qgz"]
+    assert "cannot run this configuration" in runner.invoke(app, args + ["--framework", "megatron-lm"]).output
+    assert "cannot run this configuration" not in runner.invoke(app, args + ["--framework", "deepspeed"]).output
+
+
+def test_megatron_core_cp_splits_the_sequence_in_2cp_chunks_for_a2a_too():
+    args = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "8", "--seq-len", "4098",
+            "--tp", "1", "--cp", "2", "--cp-kind", "ulysses"]
+    res = runner.invoke(app, args + ["--framework", "nemo"])
+    assert res.exit_code == 2 and "2*cp" in res.output
+    res = runner.invoke(app, args + ["--framework", "deepspeed", "--zero-stage", "0"])
+    assert res.exit_code == 0, res.output
+
+
+def test_deepspeed_common_default_has_no_sp():
+    """AutoTP has no sequence parallelism: the common default compared against is TP 8 without SP, which fits
+    (not 'does not fit in memory')."""
+    res = runner.invoke(app, ["recommend", "--model", "llama2-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "8",
+                              "--seq-len", "4096", "--global-batch", "64", "--framework", "deepspeed"])
+    assert res.exit_code == 0
+    assert "does not fit" not in res.output
+    assert "common default tp=8" in res.output and "sp=off" in res.output
+    assert "tp above 1 needs pp = 1" in res.output  # the rule's field is named in the rejection table
+
+
+def test_torchtitan_fp16_is_noted():
+    row = dict(tp=1, pp=1, dp=32, cp=1, vpp=1, micro_batch=4, sp=False, zero_stage=3, zeropp="", recompute="none")
+    job = pm.JobSpec(global_batch=128, seq_len=2048, precision="fp16", framework="torchtitan")
+    assert any("bfloat16 or float32" in n for n in emit_notes("torchtitan", pm.load_model("llama2-7b"), job, row))
+
+
+def test_last_stage_holds_its_interleaved_warm_up():
+    """Megatron's interleaved schedule warms the last rank up with (v - 1) p chunks: at its peak it holds
+    (v - 1) p + 1 chunks of l / (p v) layers; 1F1B's last stage holds one micro-batch."""
+    assert last_stage_in_flight_layers(10.0, 4, 1, 64) == 10.0
+    assert last_stage_in_flight_layers(10.0, 4, 5, 64) == pytest.approx(10.0 * 17 / 5)
+    assert last_stage_in_flight_layers(10.0, 4, 5, 2) == 20.0  # never more than all micro-batches
+    for p, v in ((2, 2), (4, 5), (8, 12)):
+        assert last_stage_in_flight_layers(40.0 / p, p, v, 1000) < in_flight_layers(40.0, p, v, 1000)
+
+
+def test_recompute_reruns_the_context_parallel_exchange():
+    """Full recompute re-runs attention and so its CP exchange: Ulysses' forward all-to-alls once more
+    (1.5x the all-to-all time); torchtitan's op-level selective recompute keeps the attention output."""
+    model = pm.load_model("llama3-8b")
+    cluster = pm.ClusterSpec.build(GPU, 64, 8)
+    job = pm.JobSpec(global_batch=16, seq_len=32768, framework="nemo")
+
+    def cp_s(recompute, kind="ulysses", j=job):
+        par = pm.ParallelSpec(tp=1, pp=1, dp=8, cp=8, cp_kind=kind, recompute=recompute)
+        return pm.estimate(model, cluster, par, j).time_breakdown_s["cp_comm_s"]
+
+    assert cp_s("full") == pytest.approx(1.5 * cp_s("none"), rel=1e-9)
+    assert cp_s("selective") == pytest.approx(1.5 * cp_s("none"), rel=1e-9)  # core attention re-run
+    slow = pm.ClusterSpec.build(GPU, 64, 8, scale_out_gbit_per_s_per_node=25)
+    tt = pm.JobSpec(global_batch=16, seq_len=32768, framework="torchtitan")
+
+    def ring_s(recompute):
+        par = pm.ParallelSpec(tp=1, pp=1, dp=1, cp=64, cp_kind="ring", recompute=recompute, zero_stage=3)
+        return pm.estimate(model, slow, par, tt).time_breakdown_s["cp_comm_s"]
+
+    assert ring_s("full") > ring_s("none") > 0
+    assert ring_s("selective") == pytest.approx(ring_s("none"), rel=1e-12)
