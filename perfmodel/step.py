@@ -248,9 +248,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     cp_f = (cp - 1.0) * cp_step
     ring_layer_s = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
-    # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped
-    a2a_bytes = ACT_BYTES * tokens * (2.0 * h + 2.0 * kv_w) / tp
-    ulysses_layer_s = 2.0 * coll("all_to_all", a2a_bytes, cp, tp)
+    # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped.
+    # One collective per tensor (DeepSpeed's DistributedAttention: _SeqAllToAll of query, key, value and
+    # the context layer), so four latencies a direction
+    q_bytes = ACT_BYTES * tokens * h / tp
+    kv_bytes = ACT_BYTES * tokens * kv_w / tp
+    ulysses_layer_s = 2.0 * (2.0 * coll("all_to_all", q_bytes, cp, tp) + 2.0 * coll("all_to_all", kv_bytes, cp, tp))
     cp_layer_s = np.where(f64["cp_ulysses"] > 0, ulysses_layer_s, ring_layer_s)
     # a recompute that re-runs the attention re-runs its exchange too (full recompute, and Megatron's
     # selective one, which checkpoints the core attention where Transformer Engine runs the CP

@@ -203,3 +203,21 @@ def test_recompute_reruns_the_context_parallel_exchange():
 
     assert ring_s("full") > ring_s("none") > 0
     assert ring_s("selective") == pytest.approx(ring_s("none"), rel=1e-12)
+
+
+def test_ulysses_pays_one_all_to_all_per_tensor():
+    """DeepSpeed-Ulysses' DistributedAttention runs one all-to-all each for Q, K, V and the output, and the
+    same four in backward: with multi-head attention (K and V as wide as Q) a layer's exchange is eight
+    all-to-alls of one Q's size, as `perfmodel comm` costs one."""
+    import json
+
+    model = pm.load_model("llama2-7b")  # 32 heads, 32 key/value heads
+    cluster = pm.ClusterSpec.build(GPU, 8, 8)
+    par = pm.ParallelSpec(tp=1, pp=1, dp=1, cp=8, cp_kind="ulysses", recompute="none", zero_stage=0)
+    job = pm.JobSpec(global_batch=1, seq_len=4096, framework="deepspeed")
+    cp_s = pm.estimate(model, cluster, par, job).time_breakdown_s["cp_comm_s"]
+    q_bytes = 2 * (4096 // 8) * model.hidden_size
+    res = runner.invoke(app, ["comm", "--op", "all_to_all", "--bytes", str(q_bytes), "--gpus", "8",
+                              "--gpus-per-node", "8", "--gpu", "h100-sxm5-80gb", "--json"])
+    one = json.loads(res.output)["time_s"]
+    assert cp_s == pytest.approx(model.n_layers * 8 * one, rel=1e-6)
