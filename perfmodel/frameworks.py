@@ -85,6 +85,11 @@ class FrameworkProfile(BaseModel):
         "(torchtitan: fsdp_reshard_after_forward 'default' = not pp_enabled; torch.distributed.pipelining "
         "turns off reshard-after-backward and gradient sync until the last backward)."
     )
+    pp_reduces_after_backward: bool = Field(
+        False, description="With pipeline parallelism the gradient reduction runs after the last backward, not "
+        "overlapped with it (DeepSpeed's PipelineEngine: TrainSchedule ends with ReduceGrads, "
+        "deepspeed/runtime/pipe/schedule.py), whatever dp_overlap the stack reaches without pipelining."
+    )
     selective_alternate_mm: bool = Field(
         False, description="'selective' recompute is torchtitan's op-level policy (selective_ac_option = "
         "'op'): every other matmul output and the attention output are kept, the other matmuls and all "
@@ -161,7 +166,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
-        zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9,
+        zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9, pp_reduces_after_backward=True,
         source="DeepSpeed ZeRO: overlap_comm, fp16 gradients; zero3_overlap and zero3_step_latency_s fitted "
         "(least_squares, soft_l1) on the 16 ZeRO-3/ZeRO++ pairs of shared/data/runs/zeropp_pairs.csv "
         "(benchmarks/zeropp_whatif.py --fit)",

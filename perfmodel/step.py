@@ -60,7 +60,7 @@ STEP_INPUTS = (
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
-    "zero3_keep_params_with_pp", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
+    "zero3_keep_params_with_pp", "pp_reduces_after_backward", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
     "elementwise_passes_per_h", "mlp_activation_in_gemm", "flash_pads_misaligned_heads",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
@@ -347,7 +347,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride)
     last_bwd = layers * layer_b
     first_fwd = layers * layer_f
-    dp_hidden_red = f64["dp_overlap"] * last_bwd
+    # a pipeline engine that reduces after the last backward hides nothing (DeepSpeed's ReduceGrads)
+    dp_overlap = np.where((pp > 1) & (f64["pp_reduces_after_backward"] > 0), 0.0, f64["dp_overlap"])
+    dp_hidden_red = dp_overlap * last_bwd
     exposed_red0 = np.maximum(ar - dp_hidden_red, 0.0)
     exposed_gather = np.maximum(ag - f64["param_gather_overlap"] * first_fwd, 0.0)
     # ZeRO-1 as reduce-scatter + all-gather (Megatron distributed optimizer, DeepSpeed), or as the full
@@ -355,7 +357,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
                             np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
-    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - f64["dp_overlap"] * (layers * layer_b), 0.0) + np.maximum(
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * (layers * layer_b), 0.0) + np.maximum(
         rs - dp_hidden_red, 0.0) + exposed_gather
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):

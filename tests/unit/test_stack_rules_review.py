@@ -221,3 +221,23 @@ def test_ulysses_pays_one_all_to_all_per_tensor():
                               "--gpus-per-node", "8", "--gpu", "h100-sxm5-80gb", "--json"])
     one = json.loads(res.output)["time_s"]
     assert cp_s == pytest.approx(model.n_layers * 8 * one, rel=1e-6)
+
+
+def test_deepspeed_pipeline_reduces_gradients_after_the_last_backward(monkeypatch):
+    """DeepSpeed's PipelineEngine ends its TrainSchedule with ReduceGrads: with pp > 1 none of the gradient
+    reduction hides behind the backward (the stack's dp_overlap holds without pipelining only)."""
+    from perfmodel import frameworks
+
+    model = pm.load_model("llama2-7b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("v100-sxm2-16gb"), 64, 8, 100)
+    job = pm.JobSpec(global_batch=256, seq_len=2048, precision="fp16", framework="deepspeed")
+
+    def dp_s(pp):
+        par = pm.ParallelSpec(tp=1, pp=pp, dp=64 // pp, zero_stage=1, recompute="full")
+        return pm.estimate(model, cluster, par, job).time_breakdown_s["dp_comm_s"]
+
+    with_overlap = {pp: dp_s(pp) for pp in (1, 4)}
+    no_overlap = frameworks.PROFILES["deepspeed"].model_copy(update={"dp_overlap": 0.0})
+    monkeypatch.setitem(frameworks.PROFILES, "deepspeed", no_overlap)
+    assert dp_s(4) == pytest.approx(with_overlap[4], rel=1e-12)
+    assert dp_s(1) > with_overlap[1]
