@@ -124,6 +124,7 @@ def estimate(
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
     from perfmodel.estimate import check_model_split, derive_dp, estimate as run_estimate
+    from perfmodel.notes import mfu_peak_text
     from perfmodel.specs import ParallelSpec
 
     hpz_size = None
@@ -196,62 +197,24 @@ def estimate(
     typer.echo(_fmt_table([
         ("iteration time", f"{est.iteration_time_s:.3f} s"),
         ("tokens/s/GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
-        ("MFU", f"{est.mfu:.1%}"),
+        ("MFU", f"{est.mfu:.1%} (of the {mfu_peak_text(cluster.gpu)}"
+                + ("" if job.precision in ("bf16", "fp16") else f", not the {job.precision} one") + ")"),
         ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:.0f} ({'fits' if est.fits else 'DOES NOT FIT'})"),
     ]))
     typer.echo("time breakdown (s):")
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
     typer.echo("memory breakdown (GiB):")
     typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
-    for note in (framework_note(framework, cal), network_note(network, cal)):
-        if note:
-            typer.echo(note)
-    for note in capability_notes(spec, cluster, par, job):
-        typer.echo(note)
-
-
-def capability_notes(model, cluster, par, job) -> list[str]:
-    """What the named stack cannot run (``rules.CAPABILITY_RULES``): estimate still costs such a
-    what-if, and says so; the search never recommends it."""
-    from perfmodel import rules
-    from perfmodel.estimate import config_arrays
-
-    x = config_arrays(model, cluster, par, job)
-    stack = job.framework or "generic"
-    return [f"note: {stack} cannot run this configuration ({r.reason}); it is costed as a what-if"
-            for r in rules.CAPABILITY_RULES if bool(r.broken(x))]
+    for note in est.notes:
+        typer.echo(f"note: {note}")
 
 
 def framework_note(framework: str | None, cal=None) -> str | None:
-    """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
-    'megatron-lm' would otherwise change the answer silently). A known stack that takes its kernel
-    efficiency from the stack it is built on (no fit of its own in ``cal``) says that too."""
-    from perfmodel.frameworks import PROFILES
+    """``perfmodel.notes.framework_note`` as the text output's ``note:`` line; None when there is none."""
+    from perfmodel import notes
 
-    if framework is None:
-        return None
-    name = framework.strip().lower()
-    if name not in PROFILES:
-        known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
-        return (f"note: framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
-                f"overlap; known: {known})")
-    taken = cal.borrowed(name) if cal is not None else {}
-    if not taken:
-        return None
-    values = ", ".join(f"{k} {v:.3f}" for k, v in sorted(taken.items()))
-    return (f"note: {name} has no fit of its own: it runs at {PROFILES[name].calibration_from}'s fitted {values} "
-            "(the stack it is built on)")
-
-
-def network_note(network: str | None, cal) -> str | None:
-    """A fabric named but absent from the calibration runs at datasheet rates: say so (a typo in
-    'efa' would otherwise change the answer silently)."""
-    key = (network or "").strip().lower()
-    if not key or key in cal.networks:
-        return None
-    known = ", ".join(sorted(cal.networks)) or "none"
-    return (f"note: network {network!r} has no calibration entry: its collectives run at the datasheet "
-            f"NIC/NVLink rates with the shared efficiencies (calibrated fabrics: {known})")
+    note = notes.framework_note(framework, cal)
+    return f"note: {note}" if note else None
 
 
 @app.command()

@@ -7,6 +7,7 @@
     job = perfmodel.JobSpec(global_batch=512, seq_len=8192, framework="megatron-lm")
     est = perfmodel.estimate(model, cluster, par, job)
     est.iteration_time_s, est.time_breakdown_s, est.memory_breakdown_gib
+    est.notes   # what changes the answer without an error (perfmodel.notes)
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.constants import CostConstants
 from perfmodel.errors import InputError
 from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
+from perfmodel.notes import capability_notes, job_notes
 from perfmodel.rules import first_broken
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.job import Precision
@@ -204,6 +206,9 @@ class Estimate:
     time_breakdown_s: dict[str, float]
     memory_breakdown_gib: dict[str, float]
     config: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What changes the answer without an error (``perfmodel.notes``): a stack or fabric without a
+    profile, a borrowed kernel efficiency, what the stack cannot run (costed as a what-if)."""
 
     def to_dict(self) -> dict:
         return {
@@ -215,6 +220,7 @@ class Estimate:
             "time_breakdown_s": self.time_breakdown_s,
             "memory_breakdown_gib": self.memory_breakdown_gib,
             "config": self.config,
+            "notes": list(self.notes),
         }
 
 
@@ -274,7 +280,8 @@ def estimate(
     precision was left out trains in the GPU's default (``JobSpec.for_gpu``)."""
     job = job.for_gpu(cluster.gpu)
     check_config(model, cluster, parallel, job)
-    inputs = build_inputs(model, cluster, parallel, job, calibration, hpz_partition_size)
+    cal = calibration if calibration is not None else load_calibration(None)
+    inputs = build_inputs(model, cluster, parallel, job, cal, hpz_partition_size)
     out = step_costs({k: np.atleast_1d(v) for k, v in inputs.items()})
     first = {k: np.asarray(v).reshape(-1)[0] for k, v in out.items()}
     return Estimate(
@@ -293,4 +300,5 @@ def estimate(
             "zeropp": zeropp_text(parallel.zeropp),  # same form as recommend's (a comma list)
             "sp": parallel.sp and parallel.tp > 1,  # as costed: sequence parallelism needs a TP group
         },
+        notes=tuple(job_notes(job, cluster, cal) + capability_notes(model, cluster, parallel, job)),
     )

@@ -7,17 +7,21 @@
 
 One row per point of the Cartesian product of the swept values: the swept values, the
 ``precision`` (the job's, and a point whose GPU lacks it is invalid; with ``gpu_precision`` each GPU's
-default: bf16, or fp16 without bf16 tensor cores), the configuration (fixed, or the best one found),
-``iteration_time_s``, ``tokens_per_s_per_gpu``,
-``tokens_per_s``, ``mfu``, ``memory_gib``, ``fits``, ``status`` (``ok`` / ``invalid`` / ``no fit``)
-and ``reason``. Everything not swept stays as in the base cluster and job (the network stays when
-the GPU changes). Infeasible points are rows with a status, never exceptions.
+default: bf16, or fp16 without bf16 tensor cores), the point's ``gpus_per_node`` and
+``scale_out_gbit_per_s_per_node`` (a GPU swap takes the new GPU's defaults for what was not stated),
+the configuration (fixed, or the best one found), ``iteration_time_s``, ``tokens_per_s_per_gpu``,
+``tokens_per_s``, ``mfu``, ``memory_gib``, ``fits``, ``status`` (``ok`` / ``invalid`` / ``no fit``),
+``reason`` (why a point is invalid or does not fit) and ``note`` (what the stack cannot run, for a
+fixed configuration that is costed as a what-if all the same; '' where nothing). Everything not swept
+stays as in the base cluster and job (the network stays when the GPU changes). Infeasible points are
+rows with a status, never exceptions. ``df.attrs["notes"]``: the job's notes (``perfmodel.notes``).
 
 * ``mode="fixed"`` costs one configuration at every point: its tp/pp/cp/vpp/micro-batch/sp/ZeRO/
   recompute are kept and dp is re-derived from the point's GPU count. The inputs of every point
-  are built with ``estimate.build_inputs``, stacked, and costed by one ``step_costs`` call.
-* ``mode="best"`` searches the whole space at every point (the batched search engine) and reports
-  its fastest configuration that fits.
+  are built with ``estimate.build_inputs``, stacked, and costed by one ``step_costs`` call. A point
+  the stack cannot run (``rules.CAPABILITY_RULES``) is costed with a ``note``, as ``estimate`` does.
+* ``mode="best"`` runs the search (``search.engine.run_search``: the same space, ZeRO++ under
+  DeepSpeed included, and the same ranking as ``recommend``) at every point and reports its winner.
 """
 from __future__ import annotations
 
@@ -32,10 +36,11 @@ from pydantic import ValidationError
 
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.errors import InputError, from_validation_error
-from perfmodel.estimate import build_inputs, check_config, check_precision
+from perfmodel.estimate import build_inputs, check_config, check_precision, config_arrays
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.search.engine import METRICS, evaluate, template_inputs
-from perfmodel.search.space import PARALLEL_KEYS, RECOMPUTE_NAMES, enumerate_space
+from perfmodel.notes import capability_notes_many, job_notes
+from perfmodel.rules import HPZ_NODES
+from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
 from perfmodel.step import STEP_INPUTS, step_costs
@@ -66,6 +71,17 @@ CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stag
                   "offload_fraction")
 INT_CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
+#: the point's cluster as costed: a GPU swap takes the new GPU's node size and NIC bandwidth where not stated
+CLUSTER_COLUMNS = ("gpus_per_node", "scale_out_gbit_per_s_per_node")
+
+
+def default_zero_stage(framework: str | None) -> int:
+    """The ZeRO stage of a fixed what-if that states none: 1 (``ParallelSpec``'s default), or 3 under a
+    stack whose sharded data parallelism is FSDP, which has no stage 1 (torchtitan: ZeRO 0 or 3 only;
+    ``runs.FSDP_DEFAULT``, the stage ``validate`` gives its runs when the cell is blank)."""
+    from perfmodel.runs import FSDP_DEFAULT
+
+    return 3 if (framework or "").strip().lower() in FSDP_DEFAULT else 1
 
 
 def _as_bool(value: Any) -> bool:
@@ -111,9 +127,11 @@ class _Point(NamedTuple):
     cluster: ClusterSpec | None
     job: JobSpec | None
     calibration: Calibration
-    zeropp_on: bool
+    zeropp_on: bool | None
+    """ZeRO++ on or off at this point; None where it is not swept (the search's default)."""
     shown: dict[str, Any]
-    """The swept values as they go into the frame (names and labels for objects)."""
+    """The swept values as they go into the frame (names and labels for objects), with the point's
+    precision and ``CLUSTER_COLUMNS``."""
     invalid: str = ""
     """Why the point itself is inconsistent (e.g. a GPU count that tp x pp x cp does not divide); '' when it is not."""
 
@@ -132,7 +150,7 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
     cal = base_cal if base_cal is not None else load_calibration(None)
     if "calibration" in values:
         cal, shown["calibration"] = _point_calibration(values["calibration"])
-    zpp = _as_bool(values["zeropp_on"]) if "zeropp_on" in values else False
+    zpp = _as_bool(values["zeropp_on"]) if "zeropp_on" in values else None
     if "zeropp_on" in values:
         shown["zeropp_on"] = zpp
     n = int(values.get("gpus", cluster.n_gpus))
@@ -148,6 +166,7 @@ def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, val
         j = JobSpec(**{**job.model_dump(), **{k: int(values[k]) for k in ("seq_len", "global_batch") if k in values}})
     except ValidationError as exc:
         return _Point(None, None, cal, zpp, shown, str(from_validation_error(exc)))
+    shown.update(gpus_per_node=c.gpus_per_node, scale_out_gbit_per_s_per_node=c.scale_out_gbit_per_s_per_node)
     if gpu_precision:
         j = j.model_copy(update={"precision": gpu.default_precision})
     shown["precision"] = j.precision
@@ -178,8 +197,8 @@ def _config_row(par: ParallelSpec) -> dict[str, Any]:
             "sp": bool(par.sp and par.tp > 1), "zeropp": zeropp_text(par.zeropp)}
 
 
-def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool) -> list[dict]:
-    rows, inputs, where = [], [], []
+def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool, framework: str) -> list[dict]:
+    rows, inputs, arrays, where = [], [], [], []
     for c, j, cal, zpp, shown, invalid in points:
         if invalid:
             rows.append({**shown, "status": "invalid", "reason": invalid})
@@ -192,7 +211,11 @@ def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool
             continue
         rows.append({**shown, **_config_row(par), "status": "ok", "reason": ""})
         inputs.append(build_inputs(model, c, par, j, cal))
+        arrays.append(config_arrays(model, c, par, j))
         where.append(len(rows) - 1)
+    # what the stack cannot run is costed all the same, with estimate's note
+    for r, notes in zip(where, capability_notes_many(arrays, framework)):
+        rows[r]["note"] = "; ".join(notes)
     if inputs:
         out = step_costs({k: np.array([x[k] for x in inputs], dtype=float) for k in STEP_INPUTS})
         n_gpus = np.array([x["tp"] * x["pp"] * x["dp"] * x["cp"] for x in inputs], dtype=float)
@@ -204,27 +227,29 @@ def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool
     return rows
 
 
-def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zpp: bool) -> dict[str, Any]:
-    space = enumerate_space(model, c, j)
-    configs, template = space.configs, template_inputs(model, c, j, cal)
+def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zpp: bool | None) -> dict[str, Any]:
+    """The search's winner at one point: ``run_search`` as ``recommend`` runs it (its space, ZeRO++
+    where the stack has it, its ranking). ``zpp`` True: the fastest ZeRO-3 configuration of that search
+    with qwZ, hpZ and qgZ all on; False: the search without ZeRO++; None: the search's default."""
+    res = run_search(model, c, j, cal, top=None if zpp else 1, zeropp=zpp)
+    ev, best = res.evaluated[0], res.candidates
+    considered = np.ones(ev.configs["tp"].size, dtype=bool)
     if zpp:
-        keep = configs["zero_stage"] == 3
-        configs = {k: v[keep] for k, v in configs.items()}
-        template = {**template, "qwz": 1.0, "hpz": 1.0, "qgz": 1.0}
-    if configs["tp"].size == 0:
-        return {"status": "invalid", "reason": "no structurally valid configuration"
-                + (" with ZeRO-3" if zpp else "")}
-    m = evaluate(template, configs, keep=METRICS)
-    if not m["fits"].any():
-        return {"status": "no fit", "reason": f"none of {configs['tp'].size:,} configurations fits "
-                f"(least {m['memory_gib'].min():.1f} GiB per GPU)"}
-    score = np.where(m["fits"], -m["tokens_per_s_per_gpu"], np.inf)
-    i = int(np.lexsort((m["memory_gib"], score))[0])
-    row = {k: configs[k][i].item() for k in PARALLEL_KEYS}
-    row.update(sp=bool(row["sp"]), recompute=RECOMPUTE_NAMES[int(row["recompute"])], zeropp=ZEROPP_ALL if zpp else "",
-               cp_kind="ulysses" if int(row["cp_ulysses"]) else "ring", offload_fraction=float(row["offload_fraction"]))
-    row.update({k: (bool(m[k][i]) if k == "fits" else float(m[k][i])) for k in METRICS})
-    row["tokens_per_s"] = row["tokens_per_s_per_gpu"] * c.n_gpus
+        considered = (ev.configs["zero_stage"] == 3) & (ev.configs["qwz"] > 0) & (ev.configs["hpz"] > 0) & (
+            ev.configs["qgz"] > 0)
+        best = best[best["zeropp"] == ZEROPP_ALL]
+    if not considered.any():
+        why = "no structurally valid configuration" + (f" with {ZEROPP_ALL} on ZeRO-3" if zpp else "")
+        if zpp and HPZ_NODES.reason in res.rejected:
+            why += f" ({HPZ_NODES.reason})"
+        return {"status": "invalid", "reason": why}
+    if best.empty:
+        return {"status": "no fit", "reason": f"none of {int(considered.sum()):,} configurations fits "
+                f"(least {ev.metrics['memory_gib'][considered].min():.1f} GiB per GPU)"}
+    rec = best.iloc[0]
+    row = {k: rec[k].item() if hasattr(rec[k], "item") else rec[k] for k in CONFIG_COLUMNS + METRIC_COLUMNS
+           if k != "fits"}
+    row.update(sp=bool(row["sp"]), fits=True)
     return {**row, "status": "ok", "reason": ""}
 
 
@@ -245,7 +270,11 @@ def whatif(
     a precision (``JobSpec.precision_stated``). Otherwise every point keeps the job's precision, and a
     point whose GPU lacks it is invalid.
 
-    ``df.attrs``: sweep (variable names in order), mode, elapsed_s."""
+    In mode fixed, a ``parallel`` that does not state its ZeRO stage takes ``default_zero_stage`` of the
+    job's stack (3 under torchtitan, else 1).
+
+    ``df.attrs``: sweep (variable names in order), mode, elapsed_s, notes (``perfmodel.notes.job_notes``
+    of the base cluster and calibration)."""
     t0 = time.perf_counter()
     if isinstance(model, str):
         from perfmodel.catalog import load_model
@@ -255,19 +284,24 @@ def whatif(
     if mode == "fixed" and parallel is None:
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
     sweep = _check_sweep(sweep)
+    if mode == "fixed" and "zero_stage" not in parallel.model_fields_set:
+        parallel = parallel.model_copy(update={"zero_stage": default_zero_stage(job.framework)})
     gpu_precision = gpu_precision or not job.precision_stated
     names = list(sweep)
     points = [_point(cluster, job, calibration, dict(zip(names, combo)), gpu_precision)
               for combo in itertools.product(*sweep.values())]
     if mode == "fixed":
-        rows = _run_fixed(points, parallel, model, "zeropp_on" in sweep)
+        rows = _run_fixed(points, parallel, model, "zeropp_on" in sweep, job.framework)
     else:
         rows = [{**p.shown, **(_best_one(model, p.cluster, p.job, p.calibration, p.zeropp_on) if not p.invalid
                                else {"status": "invalid", "reason": p.invalid})} for p in points]
-    columns = names + ["precision"] + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS) + ["status", "reason"]
-    df = pd.DataFrame(rows).reindex(columns=columns)
-    df["fits"] = df["fits"].fillna(False).astype(bool)
-    for col in INT_CONFIG_COLUMNS:  # whole numbers, blank (NA) where a point has no configuration
+    columns = (names + ["precision", *CLUSTER_COLUMNS] + list(CONFIG_COLUMNS) + list(METRIC_COLUMNS)
+               + ["status", "reason", "note"])
+    # a point without a fit or a note (invalid, or found by the search) has False and ''
+    df = pd.DataFrame([{"fits": False, "note": "", **r} for r in rows]).reindex(columns=columns)
+    df["fits"] = df["fits"].astype(bool)
+    for col in (*INT_CONFIG_COLUMNS, "gpus_per_node"):  # whole numbers, blank (NA) where a point has none
         df[col] = df[col].astype("Int64")
-    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0)
+    cal = calibration if calibration is not None else load_calibration(None)
+    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0, notes=job_notes(job, cluster, cal))
     return df

@@ -34,7 +34,8 @@ def report(
     ] = None,
     scaling_gpus: Annotated[
         Optional[str], typer.Option("--scaling-gpus", help="GPU counts of the scaling curve, e.g. 128,256,512 "
-                                    "(default: gpus/8 .. 2 x gpus in powers of two).")
+                                    "(default: gpus/8 .. 2 x gpus in powers of two); a count with nothing feasible is "
+                                    "listed with why.")
     ] = None,
 ):
     """Write an HTML report with plots, the plots as PNG and the candidates as CSV into --out.

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibration_profile import DEFAULT_PROFILE_PATH, Calibration, load_calibration
-from perfmodel.search.engine import SearchResult, df_all_best, run_search
+from perfmodel.search.engine import BEST_COLUMNS, SearchResult, df_all_best, run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
 
 
@@ -31,7 +31,8 @@ class ReportData:
     heatmap: pd.DataFrame
     """Best feasible tokens/s/GPU per (pp row, tp column); NaN where nothing fits or is valid."""
     scaling: pd.DataFrame
-    """The fastest configuration per GPU count: n_gpus, tokens_per_s, tokens_per_s_per_gpu, mfu, ..."""
+    """Every GPU count of the scaling curve (``scaling_frame``): the fastest configuration (n_gpus,
+    tokens_per_s, tokens_per_s_per_gpu, mfu, ...), or a status and the reason why it has none."""
     runs: pd.DataFrame | None = None
     """Measured vs predicted tokens/s/GPU per run (``runs_frame``), when runs were given."""
     runs_source: str | None = None
@@ -41,10 +42,36 @@ class ReportData:
         return self.result.candidates.head(self.top)
 
 
-def default_scaling_gpus(n_gpus: int, gpus_per_node: int) -> list[int]:
-    """n/8 .. 2n in powers of two: whole nodes, and the job's own count."""
-    counts = {n_gpus * f // 8 for f in (1, 2, 4, 16)}
-    return sorted({c for c in counts if c >= gpus_per_node and c % gpus_per_node == 0} | {n_gpus})
+def default_scaling_gpus(n_gpus: int) -> list[int]:
+    """gpus/8 .. 2 x gpus in powers of two (n/8, n/4, n/2, n, 2n), those that are whole numbers. A count
+    that is not a whole number of nodes is costed as any is: its last node part-used."""
+    return sorted(n_gpus * f // 8 for f in (1, 2, 4, 8, 16) if n_gpus * f % 8 == 0)
+
+
+#: ``scaling_frame``'s columns: ``df_all_best``'s, then why a count has no configuration
+SCALING_COLUMNS = (*BEST_COLUMNS, "status", "reason")
+SCALING_INTS = ("n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")
+
+
+def scaling_frame(result: SearchResult) -> pd.DataFrame:
+    """One row per GPU count searched, ascending: the fastest feasible configuration (``df_all_best``,
+    status ``ok``), or, with blank metrics, ``invalid`` (no structurally valid configuration; the reason
+    most configurations were rejected for) or ``no fit`` (none fits in memory; the least any needs)."""
+    best = df_all_best(result.evaluated).set_index("n_gpus")
+    rows = []
+    for ev in result.evaluated:
+        if ev.n_gpus in best.index:
+            rows.append({"n_gpus": ev.n_gpus, **best.loc[ev.n_gpus].to_dict(), "status": "ok", "reason": ""})
+        elif ev.configs["tp"].size == 0:
+            common = max(ev.rejected.items(), key=lambda kv: kv[1])[0] if ev.rejected else ""
+            rows.append({"n_gpus": ev.n_gpus, "status": "invalid", "reason": "no structurally valid configuration"
+                         + (f" ({common})" if common else "")})
+        else:
+            rows.append({"n_gpus": ev.n_gpus, "status": "no fit", "reason": "nothing fits in memory (the least of "
+                         f"{ev.configs['tp'].size:,} configurations needs {ev.metrics['memory_gib'].min():.1f} GiB per "
+                         "GPU)"})
+    frame = pd.DataFrame(rows, columns=SCALING_COLUMNS).sort_values("n_gpus", kind="stable").reset_index(drop=True)
+    return frame.astype({k: "Int64" for k in SCALING_INTS})
 
 
 def tp_pp_heatmap(result: SearchResult) -> pd.DataFrame:
@@ -101,8 +128,8 @@ def collect(
         f"shipped default ({DEFAULT_PROFILE_PATH.parent.name}/{DEFAULT_PROFILE_PATH.name})"
         if DEFAULT_PROFILE_PATH.is_file() else "none (built-in constants)")
     result = run_search(model, cluster, job, cal, top=None)
-    counts = list(scaling_gpus) if scaling_gpus else default_scaling_gpus(cluster.n_gpus, cluster.gpus_per_node)
-    scaling = df_all_best(run_search(model, cluster, job, cal, gpu_counts=counts, top=1).evaluated)
+    counts = list(scaling_gpus) if scaling_gpus else default_scaling_gpus(cluster.n_gpus)
+    scaling = scaling_frame(run_search(model, cluster, job, cal, gpu_counts=counts, top=1))
     return ReportData(
         model=model, cluster=cluster, job=job, calibration=cal, calibration_source=source,
         result=result, top=top, heatmap=tp_pp_heatmap(result), scaling=scaling,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from perfmodel.notes import mfu_peak_text
 from perfmodel.report import html as H
 from perfmodel.report.data import ReportData
 from perfmodel.report.figures import candidate_label
@@ -24,6 +25,18 @@ def _top_rows(data: ReportData) -> list[tuple]:
                      f"{offload:g}" if offload > 0 else "-",
                      f"{r['iteration_time_s']:.3f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['mfu']:.1%}",
                      f"{r['memory_gib']:.1f}"))
+    return rows
+
+
+def _scaling_rows(data: ReportData) -> list[tuple]:
+    """Every GPU count of the scaling curve: its fastest configuration, or the status and reason."""
+    rows = []
+    for r in data.scaling.to_dict("records"):
+        if r.get("status", "ok") == "ok":
+            rows.append((f"{int(r['n_gpus']):,}", f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}",
+                         f"{r['mfu']:.1%}", candidate_label(r)))
+        else:
+            rows.append((f"{int(r['n_gpus']):,}", "-", "-", "-", f"{r['status']}: {r['reason']}"))
     return rows
 
 
@@ -78,7 +91,10 @@ def render(data: ReportData, images: dict[str, bytes]) -> str:
         ]))),
         ("top", "Top configurations", H.section(
             "top", f"Top {len(data.top_candidates)} configurations",
-            H.table(TOP_HEADER, _top_rows(data), highlight_first=True), note=_search_note(data))),
+            H.table(TOP_HEADER, _top_rows(data), highlight_first=True),
+            H.paragraph(f"MFU: model FLOPs (PaLM, Chowdhery et al. 2022, App. B) per second per GPU over the "
+                        f"{mfu_peak_text(c.gpu)}, whatever the training precision ({j.precision} here)."),
+            note=_search_note(data))),
         ("time", "Time breakdown", H.section(
             "time", "Time breakdown", H.image(images["time"], "time breakdown per candidate"),
             note="Communication is the part not hidden behind compute; the bars sum to the iteration time.")),
@@ -91,10 +107,10 @@ def render(data: ReportData, images: dict[str, bytes]) -> str:
                  "the framed cell holds the winner.")),
         ("scaling", "Scaling", H.section(
             "scaling", "Scaling with GPUs", H.image(images["scaling"], "throughput and MFU vs GPU count"),
-            H.table(("GPUs", "tokens/s (job)", "tokens/s/GPU", "MFU", "best configuration"), [
-                (f"{int(r['n_gpus']):,}", f"{r['tokens_per_s']:,.0f}", f"{r['tokens_per_s_per_gpu']:,.0f}",
-                 f"{r['mfu']:.1%}", candidate_label(r)) for r in data.scaling.to_dict("records")]),
-            note="Same model, job and GPU; the GPU count varies and the search reruns at each count.")),
+            H.table(("GPUs", "tokens/s (job)", "tokens/s/GPU", "MFU", "best configuration (or why none)"),
+                    _scaling_rows(data)),
+            note="Same model, job and GPU; the GPU count varies and the search reruns at each count. Every count "
+                 "asked for is listed; one without a feasible configuration says why.")),
     ]
     sections.append(("runs", "Measured runs", _runs_section(data, images)))
     return H.page(title, subtitle, sections)

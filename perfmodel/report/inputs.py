@@ -8,6 +8,7 @@ import numpy as np
 
 from perfmodel.calibration_profile import REPO_ROOT, Calibration
 from perfmodel.errors import InputError, read_text_file
+from perfmodel.notes import mfu_peak
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec
 from perfmodel.structured_text import load_yaml
 
@@ -28,6 +29,7 @@ def model_rows(model: ModelSpec) -> Rows:
 
 def cluster_rows(cluster: ClusterSpec) -> Rows:
     gpu = cluster.gpu
+    mfu_precision, mfu_tflop = mfu_peak(gpu)
     nodes = cluster.n_nodes  # the last one may be part-used
     part = "" if cluster.n_gpus % cluster.gpus_per_node == 0 or cluster.n_gpus < cluster.gpus_per_node else \
         f", the last with {cluster.n_gpus % cluster.gpus_per_node}"
@@ -35,7 +37,8 @@ def cluster_rows(cluster: ClusterSpec) -> Rows:
         ("GPU", f"{gpu.display_name} ({gpu.name})"),
         ("GPUs", f"{cluster.n_gpus:,} ({nodes:,} node{'s' if nodes > 1 else ''} x {cluster.gpus_per_node}{part})"),
         ("HBM per GPU", f"{gpu.hbm_capacity_gib:.0f} GiB, {gpu.hbm_bandwidth_gb_per_s:,.0f} GB/s"),
-        ("dense BF16 peak", f"{gpu.peak_flop_per_s('bf16') / 1e12:,.0f} TFLOP/s"),
+        (f"dense 16-bit ({mfu_precision}) peak", f"{mfu_tflop:,.0f} TFLOP/s (MFU is relative to it, whatever "
+                                                 "the training precision)"),
         ("NVLink per GPU", f"{gpu.intra_node_bandwidth_gb_per_s:,.0f} GB/s (domain {cluster.nvlink_domain_gpus} GPUs)"),
         ("scale-out per node", f"{cluster.scale_out_gbit_per_s_per_node:,.0f} Gbit/s "
                                f"({cluster.scale_out_gbit_per_s_per_node / cluster.gpus_per_node:,.0f} per GPU)"),

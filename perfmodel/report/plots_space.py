@@ -49,26 +49,35 @@ def _cmap():
 
 def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Figure:
     """Total throughput (with ideal linear scaling from the smallest count) and MFU vs GPUs,
-    each point the fastest configuration at that GPU count."""
+    each point the fastest configuration at that GPU count; a count with none (``status`` other than
+    ok: nothing valid, or nothing fits) is a grey cross on the axis, labelled with its status."""
     fig, (ax,) = new_figure(9, 4.6)
-    if scaling.empty:
+    ok = (scaling["status"] == "ok") if "status" in scaling else pd.Series(True, index=scaling.index)
+    if not ok.any():
         ax.text(0.5, 0.5, "no configuration fits at any GPU count of the scaling curve", ha="center", va="center",
                 transform=ax.transAxes, color="#555555")
         ax.set_axis_off()
         return fig
-    df = scaling.sort_values("n_gpus")
+    df = scaling[ok].sort_values("n_gpus")
+    missing = scaling[~ok].sort_values("n_gpus")
     g = df["n_gpus"].to_numpy(dtype=float)
     total = df["tokens_per_s"].to_numpy(dtype=float) / 1e6
     ax.plot(g, total, "o-", color=SERIES["throughput"], linewidth=2, label="throughput (best config)")
-    if g.size:
-        ax.plot(g, total[0] * g / g[0], "--", color=SERIES["ideal"], linewidth=1.2, label="ideal linear scaling")
+    ax.plot(g, total[0] * g / g[0], "--", color=SERIES["ideal"], linewidth=1.2, label="ideal linear scaling")
     for gi, ti, rec in zip(g, total, df.to_dict("records")):
         ax.annotate(f"tp{rec['tp']} pp{rec['pp']} dp{rec['dp']}" + (f" cp{rec['cp']}" if rec["cp"] > 1 else ""),
                     (gi, ti), textcoords="offset points", xytext=(4, -12), fontsize=7.5, color="#555555")
+    if len(missing):
+        mg = missing["n_gpus"].to_numpy(dtype=float)
+        ax.plot(mg, np.zeros_like(mg), "x", color="#888888", markersize=9, markeredgewidth=2, clip_on=False,
+                label="no feasible configuration")
+        for gi, status in zip(mg, missing["status"]):
+            ax.annotate(str(status), (gi, 0), textcoords="offset points", xytext=(4, 6), fontsize=7.5,
+                        color="#888888")
+    every = np.sort(scaling["n_gpus"].to_numpy(dtype=float))
     ax.set_xscale("log", base=2)
-    ax.set_xticks(g, [f"{int(x):,}" for x in g])
-    if g.size:
-        ax.set_xlim(g[0] / 1.35, g[-1] * 1.6)
+    ax.set_xticks(every, [f"{int(x):,}" for x in every])
+    ax.set_xlim(every[0] / 1.35, every[-1] * 1.6)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("throughput (million tokens/s, whole job)", color=SERIES["throughput"])
     ax.set_ylim(bottom=0)
@@ -77,8 +86,8 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     mfu_ax = ax.twinx()
     mfu_ax.plot(g, df["mfu"].to_numpy(dtype=float) * 100, "s-", color=SERIES["mfu"], linewidth=1.6, label="MFU")
     mfu_ax.set_ylabel("MFU (%)", color=SERIES["mfu"])
-    mfu_ax.set_ylim(0, max(60.0, float(df["mfu"].max() * 100 * 1.15) if len(df) else 60.0))
+    mfu_ax.set_ylim(0, max(60.0, float(df["mfu"].max() * 100 * 1.15)))
     ax.set_title("Scaling with the GPU count (fastest configuration at each count)", loc="left", fontsize=11)
-    lines = ax.get_lines()[:2] + mfu_ax.get_lines()
+    lines = ax.get_lines()[:2 + bool(len(missing))] + mfu_ax.get_lines()
     ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8.5)
     return fig

@@ -68,7 +68,8 @@ def whatif_command(
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages (mode fixed).")] = 1,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per micro-batch (mode fixed).")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (mode fixed).")] = True,
-    zero_stage: Annotated[int, typer.Option("--zero-stage", help="ZeRO stage 0..3 (mode fixed).")] = 1,
+    zero_stage: Annotated[Optional[int], typer.Option("--zero-stage", help="ZeRO stage 0..3 (mode fixed; default 1, "
+                                                      "3 under torchtitan, which has ZeRO 0 or 3 only).")] = None,
     recompute: Annotated[str, typer.Option(help="Recompute mode (mode fixed).")] = "none",
     cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses (mode fixed).")] = "ring",
     zeropp: Annotated[Optional[str], typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (mode fixed, "
@@ -84,7 +85,7 @@ def whatif_command(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail, framework_note
+    from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.estimate import check_model_split, check_precision
     from perfmodel.specs import ParallelSpec
@@ -106,9 +107,11 @@ def whatif_command(
                                  f"fixed; --mode {mode} searches the configuration at every point")
         if mode == "fixed":
             try:
-                par = ParallelSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp,
-                                   zero_stage=zero_stage, recompute=recompute, cp_kind=cp_kind,
-                                   zeropp=zeropp or "", offload_fraction=offload_fraction)
+                # a ZeRO stage left out is the stack's (whatif.default_zero_stage)
+                stage = {} if zero_stage is None else {"zero_stage": zero_stage}
+                par = ParallelSpec(tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=micro_batch, sp=sp, **stage,
+                                   recompute=recompute, cp_kind=cp_kind, zeropp=zeropp or "",
+                                   offload_fraction=offload_fraction)
             except ValidationError as exc:
                 raise from_validation_error(exc) from None
             # the configuration against the model itself (tp divides the heads, pp the layers):
@@ -139,9 +142,9 @@ def whatif_command(
         except OSError as exc:
             fail(InputError("out", f"cannot write the what-if ({exc.strerror})",
                             where=str(exc.filename2 or exc.filename or out)))
-    if json_out:
-        typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "points": json.loads(df.to_json(orient="records"))},
-                              indent=2))
+    if json_out:  # stdout is the one JSON object; the notes are in it, not on stderr
+        typer.echo(json.dumps({"mode": mode, "sweep": list(sweep), "notes": df.attrs["notes"],
+                               "points": json.loads(df.to_json(orient="records"))}, indent=2))
     else:
         # the precision column where it differs between points (no --precision: each GPU's default)
         shown_precision = ["precision"] if "precision" in df and df["precision"].nunique() > 1 else []
@@ -149,19 +152,24 @@ def whatif_command(
         extra = [k for k, used in (("cp_kind", (df["cp"].fillna(1) > 1).any()),
                                    ("zeropp", (df["zeropp"].fillna("").astype(str) != "").any()),
                                    ("offload_fraction", (df["offload_fraction"].fillna(0) > 0).any())) if used]
-        cols = list(sweep) + shown_precision + ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
-                                                *extra, "tokens_per_s_per_gpu", "mfu", "memory_gib",
-                                                "iteration_time_s", "status"]
+        # the node size and NIC bandwidth each point was costed with (a GPU swap takes the new GPU's
+        # defaults for what was not stated), but a bandwidth that is itself swept
+        cluster_cols = [k for k in ("gpus_per_node", "scale_out_gbit_per_s_per_node")
+                        if not (k == "scale_out_gbit_per_s_per_node" and "scale_out_gbit_per_s" in sweep)]
+        cols = list(sweep) + shown_precision + cluster_cols + [
+            "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute", *extra, "tokens_per_s_per_gpu",
+            "mfu", "memory_gib", "iteration_time_s", "status"]
         table = df[cols].round({"tokens_per_s_per_gpu": 0, "mfu": 3, "memory_gib": 1, "iteration_time_s": 3})
-        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
+        # every column and row, however wide (to_string alone never elides; the options make sure)
+        with pd.option_context("display.width", None, "display.max_columns", None, "display.max_rows", None):
             typer.echo(table.to_string(index=False))
-        note = framework_note(framework, cal)
-        if note:
-            typer.echo(note)
-        # why a point is not costed (or how it was): one line per point with a reason
-        for _, row in df[df.get("reason", pd.Series("", index=df.index)).fillna("").astype(str) != ""].iterrows():
-            point = ", ".join(f"{k}={row[k]}" for k in sweep)
-            typer.echo(f"  {point}: {row['reason']}")
+        for note in df.attrs["notes"]:
+            typer.echo(f"note: {note}")
+        # why a point is not costed (reason), or what its stack cannot run (note): one line each
+        for col, prefix in (("reason", ""), ("note", "note: ")):
+            for _, row in df[df[col].fillna("").astype(str) != ""].iterrows():
+                point = ", ".join(f"{k}={row[k]}" for k in sweep)
+                typer.echo(f"  {point}: {prefix}{row[col]}")
         if out is not None and feasible:
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
     if not feasible:

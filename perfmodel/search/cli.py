@@ -75,6 +75,7 @@ def recommend(
     from perfmodel.catalog import load_model
     from perfmodel.cli import build_cluster, build_job, fail, framework_note
     from perfmodel.errors import InputError
+    from perfmodel.notes import job_notes
     from perfmodel.search.emit import EMIT_TARGETS
     from perfmodel.search.emit import emit as emit_text
     from perfmodel.search.emit import emit_notes, megatron_overlap_hint
@@ -106,9 +107,11 @@ def recommend(
 
     # --gpus with --gpus-range searches both: the header names every count searched
     where = f"{spec.name} on {','.join(map(str, counts)) if counts else gpus} x {cluster.gpu.name}"
+    # what changes the answer without an error (the stack, the fabric): --json's "notes" list
+    notes_out = job_notes(job, cluster, cal)
     if res.n_feasible == 0:
         if json_out:
-            typer.echo(json.dumps(res.contract_json(top)))
+            typer.echo(json.dumps({**res.contract_json(top), "notes": notes_out}))
         mems = [ev.metrics["memory_gib"] for ev in res.evaluated if ev.metrics["memory_gib"].size]
         if mems:
             least = min(float(m.min()) for m in mems)
@@ -128,7 +131,7 @@ def recommend(
     emitted = emit_text(emit, spec, job, best_row) if emit else None
     notes = emit_notes(emit, spec, job, best_row) if emit else []
     if json_out:
-        out = res.contract_json(top)
+        out = {**res.contract_json(top), "notes": notes_out}
         if emitted is not None:
             out["emit"] = {"target": emit, "text": emitted, "notes": notes}
         typer.echo(json.dumps(out, indent=2))

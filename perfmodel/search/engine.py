@@ -387,8 +387,11 @@ def search(
     Columns: n_gpus, tp, pp, dp, cp, vpp, micro_batch, sp, zero_stage, zeropp, recompute,
     iteration_time_s, tokens_per_s_per_gpu, mfu, memory_gib, tokens_per_s, time_to_train_s,
     cost_usd, and the time/memory breakdown parts (for the first 50 rows). ``df.attrs`` holds
-    n_evaluated, n_feasible and search_time_s. An empty frame means nothing fits.
+    n_evaluated, n_feasible, search_time_s and notes (``perfmodel.notes.job_notes``: a stack or fabric
+    without a profile, a borrowed kernel efficiency). An empty frame means nothing fits.
     """
+    from perfmodel.notes import job_notes
+
     if isinstance(model, str):
         from perfmodel.catalog import load_model
 
@@ -397,6 +400,7 @@ def search(
                      train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
                      zeropp=zeropp)
     df = res.candidates
+    df.attrs["notes"] = job_notes(job, cluster, calibration if calibration is not None else load_calibration(None))
     if res.pareto is not None:
         df.attrs["pareto"] = res.pareto.to_dict("records")
     return df

@@ -91,10 +91,8 @@ def test_png_bytes_are_png(data):
     assert png_bytes(time_breakdown_figure(data.top_candidates)).startswith(PNG_SIGNATURE)
 
 
-def test_default_scaling_counts_are_whole_nodes():
-    assert default_scaling_gpus(512, 8) == [64, 128, 256, 512, 1024]
-    assert default_scaling_gpus(16, 8) == [8, 16, 32]
-    assert default_scaling_gpus(4, 8) == [4, 8]
+def test_default_scaling_counts_are_the_documented_range():
+    assert default_scaling_gpus(512) == [64, 128, 256, 512, 1024]  # gpus/8 .. 2 x gpus
 
 
 def test_candidate_label_names_the_layout():

@@ -1,0 +1,87 @@
+"""What the outputs say beside their numbers: notes on inputs that change the answer without an
+error (a stack or fabric perfmodel has no profile for, a stack that borrows its kernel efficiency,
+a configuration the stack cannot run), and which peak MFU is relative to.
+
+One list of notes serves every output: the Python API (``Estimate.notes``, ``df.attrs["notes"]`` of
+``search`` and ``whatif``), the ``notes`` list of every ``--json`` object, and the ``note:`` lines of
+the text output. A note is one sentence without the ``note:`` prefix, which only the text output adds.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+
+
+def framework_note(framework: str | None, cal=None) -> str | None:
+    """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
+    'megatron-lm' would otherwise change the answer silently). A known stack that takes its kernel
+    efficiency from the stack it is built on (no fit of its own in ``cal``) says that too."""
+    from perfmodel.frameworks import PROFILES
+
+    if framework is None:
+        return None
+    name = framework.strip().lower()
+    if name not in PROFILES:
+        known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
+        return (f"framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
+                f"overlap; known: {known})")
+    taken = cal.borrowed(name) if cal is not None else {}
+    if not taken:
+        return None
+    values = ", ".join(f"{k} {v:.3f}" for k, v in sorted(taken.items()))
+    return (f"{name} has no fit of its own: it runs at {PROFILES[name].calibration_from}'s fitted {values} "
+            "(the stack it is built on)")
+
+
+def network_note(network: str | None, cal) -> str | None:
+    """A fabric named but absent from the calibration runs at datasheet rates: say so (a typo in
+    'efa' would otherwise change the answer silently)."""
+    key = (network or "").strip().lower()
+    if not key or key in cal.networks:
+        return None
+    known = ", ".join(sorted(cal.networks)) or "none"
+    return (f"network {network!r} has no calibration entry: its collectives run at the datasheet "
+            f"NIC/NVLink rates with the shared efficiencies (calibrated fabrics: {known})")
+
+
+def job_notes(job: JobSpec, cluster: ClusterSpec, cal) -> list[str]:
+    """The notes of a job on a cluster, whatever its configuration: its stack and its fabric."""
+    return [n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal)) if n]
+
+
+def capability_notes(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> list[str]:
+    """What the named stack cannot run (``rules.CAPABILITY_RULES``): estimate and a fixed what-if
+    still cost such a configuration, and say so; the search never recommends it."""
+    from perfmodel.estimate import config_arrays
+
+    return capability_notes_many([config_arrays(model, cluster, par, job)], job.framework)[0]
+
+
+def capability_notes_many(configs: Sequence[Mapping], stack: str | None) -> list[list[str]]:
+    """``capability_notes`` of many configurations of one stack (each ``estimate.config_arrays``), every
+    rule evaluated once over them all, as the search applies them (a fixed what-if's points)."""
+    from perfmodel import rules
+
+    if not configs:
+        return []
+    x: dict = {k: np.array([c[k] for c in configs]) for k in configs[0] if k != "framework"}
+    x["framework"] = configs[0]["framework"]
+    broken = [(r, np.broadcast_to(r.broken(x), (len(configs),))) for r in rules.CAPABILITY_RULES]
+    return [[f"{stack or 'generic'} cannot run this configuration ({r.reason}); it is costed as a what-if"
+             for r, b in broken if b[i]] for i in range(len(configs))]
+
+
+def mfu_peak(gpu: AcceleratorSpec) -> tuple[str, float]:
+    """The peak MFU is relative to: the GPU's dense 16-bit tensor-core peak whatever the training
+    precision (``step.py``: PaLM model FLOPs / ``bf16_peak_flop_per_s``), as (its 16-bit format, TFLOP/s):
+    bf16, or fp16 on a GPU without bf16 tensor cores (V100, whose profile's 16-bit base is its fp16 peak)."""
+    return gpu.default_precision, gpu.peak_flop_per_s("bf16") / 1e12
+
+
+def mfu_peak_text(gpu: AcceleratorSpec) -> str:
+    """``dense 16-bit (bf16) peak, 989 TFLOP/s``."""
+    precision, tflop = mfu_peak(gpu)
+    return f"dense 16-bit ({precision}) peak, {tflop:,.0f} TFLOP/s"
