@@ -103,7 +103,7 @@ def estimate(
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
     micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per micro-batch (default 1).")] = None,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
-    zero_stage: Annotated[Optional[int], typer.Option("--zero-stage", help="ZeRO stage 0..3 (default 1).")] = None,
+    zero_stage: Annotated[Optional[int], typer.Option("--zero-stage", help="ZeRO stage 0..3 (default 1; 3 under torchtitan, whose sharding is FSDP).")] = None,
     zeropp: Annotated[Optional[str], typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = None,
     recompute: Annotated[str, typer.Option(help="none, selective, full or balanced.")] = "none",
     cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses.")] = "ring",
@@ -125,6 +125,7 @@ def estimate(
     from perfmodel.catalog import load_model
     from perfmodel.estimate import check_model_split, derive_dp, estimate as run_estimate
     from perfmodel.notes import mfu_peak_text
+    from perfmodel.rules import default_zero_stage
     from perfmodel.specs import ParallelSpec
 
     hpz_size = None
@@ -165,7 +166,7 @@ def estimate(
                         f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
-        zero_stage = 1 if zero_stage is None else zero_stage
+        zero_stage = default_zero_stage(framework) if zero_stage is None else zero_stage
         zeropp = zeropp or ""
         micro_batch = 1 if micro_batch is None else micro_batch
         spec = load_model(model)

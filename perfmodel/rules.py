@@ -36,6 +36,15 @@ ZERO1_ONLY = frozenset({"nanotron"})
 #: stacks with DDP (ZeRO-0) or fully sharded data parallelism (ZeRO-3) and nothing in between
 #: (torchtitan: data_parallel_replicate_degree / data_parallel_shard_degree, FSDP2 or HSDP)
 ZERO_0_3_ONLY = frozenset({"torchtitan"})
+
+
+def default_zero_stage(framework: str | None) -> int:
+    """The ZeRO stage a configuration that states none runs: 1 (the distributed optimizer, ``ParallelSpec``'s
+    default), or 3 under a stack whose sharded data parallelism is FSDP, which has no stage 1
+    (``ZERO_0_3_ONLY``; ``validate`` gives a blank cell of such a stack's run the same)."""
+    return 3 if (framework or "").strip().lower() in ZERO_0_3_ONLY else 1
+
+
 #: stacks whose tensor parallelism always shards the sequence between the TP regions (torchtitan's
 #: Llama TP plan: SequenceParallel on the norms, no replicated-activation mode)
 SP_ALWAYS = frozenset({"torchtitan"})

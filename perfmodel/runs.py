@@ -19,7 +19,7 @@ from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.rules import PP_LAYERS, RUN_RULES, VPP_LAYERS
+from perfmodel.rules import PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO_0_3_ONLY
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
@@ -43,7 +43,7 @@ PP_MICROBATCHES_PER_STAGE = {"torchtitan"}
 CONVENTION_EQ3 = "Megatron eq.3 (counts recompute)"
 CONVENTION_MODEL_X3_4 = "model FLOPs (Megatron formula x3/4)"
 DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
-FSDP_DEFAULT = {"torchtitan"}
+FSDP_DEFAULT = set(ZERO_0_3_ONLY)
 NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
 
 DEFAULTS_DOC = {

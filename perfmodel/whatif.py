@@ -39,7 +39,7 @@ from perfmodel.errors import InputError, from_validation_error
 from perfmodel.estimate import build_inputs, check_config, check_precision, config_arrays
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.notes import capability_notes_many, job_notes
-from perfmodel.rules import HPZ_NODES
+from perfmodel.rules import HPZ_NODES, default_zero_stage
 from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
@@ -73,15 +73,6 @@ INT_CONFIG_COLUMNS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"
 METRIC_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "mfu", "memory_gib", "fits")
 #: the point's cluster as costed: a GPU swap takes the new GPU's node size and NIC bandwidth where not stated
 CLUSTER_COLUMNS = ("gpus_per_node", "scale_out_gbit_per_s_per_node")
-
-
-def default_zero_stage(framework: str | None) -> int:
-    """The ZeRO stage of a fixed what-if that states none: 1 (``ParallelSpec``'s default), or 3 under a
-    stack whose sharded data parallelism is FSDP, which has no stage 1 (torchtitan: ZeRO 0 or 3 only;
-    ``runs.FSDP_DEFAULT``, the stage ``validate`` gives its runs when the cell is blank)."""
-    from perfmodel.runs import FSDP_DEFAULT
-
-    return 3 if (framework or "").strip().lower() in FSDP_DEFAULT else 1
 
 
 def _as_bool(value: Any) -> bool:

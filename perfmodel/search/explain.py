@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.costs.memory import RECOMPUTE_SELECTIVE
-from perfmodel.rules import AUTOTP, ZERO_0_3_ONLY
+from perfmodel.rules import AUTOTP, default_zero_stage
 from perfmodel.search.engine import Evaluated, SearchResult, breakdown_frame
 from perfmodel.step import TIME_PARTS
 
@@ -47,12 +47,6 @@ def describe(row) -> str:
     if "n_gpus" in row and row.get("_multi", False):
         parts.insert(0, f"gpus={row['n_gpus']}")
     return " ".join(parts)
-
-
-def default_zero_stage(framework: str | None) -> int:
-    """The sharding a stack's common default uses with data parallelism: ZeRO-1 (distributed
-    optimizer), or FSDP (ZeRO-3) for stacks without ZeRO-1 (torchtitan)."""
-    return 3 if (framework or "").lower() in ZERO_0_3_ONLY else 1
 
 
 def default_sp(framework: str | None) -> bool:
