@@ -40,8 +40,11 @@ SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
 #: what a stack takes from the calibration of the stack it is built on (FrameworkProfile.calibration_from):
 #: the kernels' efficiency, not the overheads and overlaps of its own schedule
 FRAMEWORK_SIBLING_KEYS = frozenset({"kernel_efficiency"})
+#: a GPU's own value of a shared constant: its NVLink efficiency, which an nccl-tests calibration without
+#: --network fits for the GPU it ran on (other GPUs' NVLink is another generation); a fabric's own value wins
+GPU_CONSTANT_KEYS = frozenset({"nvlink_efficiency"})
 GPU_OVERRIDABLE = {"matmul_efficiency_max", "fp8_matmul_efficiency_max", "intra_node_latency_us",
-                   "scale_out_latency_us", "attention_efficiency_max"}
+                   "scale_out_latency_us", "attention_efficiency_max", *GPU_CONSTANT_KEYS}
 
 
 #: a fitted value: a number, never a boolean (frameworks are checked field by field by
@@ -102,10 +105,12 @@ class Calibration(BaseModel):
         return out
 
     def for_network(self, spec: AcceleratorSpec, network: str | None, op: str | None = None):
-        """(constants, GPU spec, collective-shape values) with the fabric's fitted values applied."""
+        """(constants, GPU spec, collective-shape values) with the fabric's fitted values applied, over
+        the GPU's own values of shared constants (GPU_CONSTANT_KEYS), over the shared constants."""
         over = self.network_values(network, op)
+        own = {k: v for k, v in self.gpus.get(spec.name, {}).items() if k in GPU_CONSTANT_KEYS}
         constants = self.cost_constants().model_copy(
-            update={k: over[k] for k in NETWORK_CONSTANT_KEYS if k in over})
+            update={**own, **{k: over[k] for k in NETWORK_CONSTANT_KEYS if k in over}})
         gpu = self.gpu(spec).model_copy(update={k: over[k] for k in NETWORK_GPU_KEYS if k in over})
         shape = {k: float(over.get(k, d)) for k, d in NETWORK_SHAPE_DEFAULTS.items()}
         return constants, gpu, shape
@@ -114,7 +119,7 @@ class Calibration(BaseModel):
         # the sibling's collective latencies (calibration_from: same NICs and NCCL stack; its kernel
         # efficiencies are its own silicon's), then the GPU's own values, which win
         sibling = {k: v for k, v in self.gpus.get(spec.calibration_from or "", {}).items() if k in SIBLING_KEYS}
-        over = {**sibling, **self.gpus.get(spec.name, {})}
+        over = {**sibling, **{k: v for k, v in self.gpus.get(spec.name, {}).items() if k not in GPU_CONSTANT_KEYS}}
         return spec.model_copy(update=over) if over else spec
 
 
@@ -192,7 +197,8 @@ def _check_gpu_override(name: str, over: dict, where: str) -> None:
         raise InputError(f"calibration.gpus.{name}", f"unknown GPU name; the catalog spells it {near[0]!r}", where=where)
     template = load_gpu(name if name in known else "h100-sxm5-80gb")
     try:
-        AcceleratorSpec(**{**template.model_dump(), **over})
+        AcceleratorSpec(**{**template.model_dump(), **{k: v for k, v in over.items() if k not in GPU_CONSTANT_KEYS}})
+        CostConstants(**{k: v for k, v in over.items() if k in GPU_CONSTANT_KEYS})  # within the shared one's bounds
     except ValidationError as exc:
         raise from_validation_error(exc, f"calibration.gpus.{name}", where=where) from None
 

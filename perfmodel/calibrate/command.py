@@ -11,13 +11,14 @@ Each input kind feeds the parameters it can identify:
   compared with the model's time for the same collective (the residual per trace); a kernel's time
   includes waiting for the other ranks and the trace carries no configuration of the step, so
   nothing is fitted from them.
-The profile records every input (path, SHA-256, points), the fit residuals and the date. It is
-written atomically: on any error no file is left behind.
+The profile records this run only (``provenance``): every input (path, SHA-256, the points its fit
+used), the fit residuals, the date, the cluster assumed and the base profile by path and SHA-256. It is
+written atomically: on any error no file is left behind. Inputs that name their GPU (nccl-tests Rank
+lines, a trace's deviceProperties) must name the family of ``--gpu`` (``gpu_family``).
 """
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from pathlib import Path
 import sys
 
@@ -26,6 +27,12 @@ import pandas as pd
 from pydantic import ValidationError
 from scipy.optimize import least_squares
 
+from perfmodel.calibrate.apply_collectives import (
+    DEFAULT_NODE_SIZE, drop_refused, fitted_values, merge_fit, node_size,
+)
+from perfmodel.calibrate.fit_collectives import fit_from_tables
+from perfmodel.calibrate.gpu_family import check_device_matches
+from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _rel, sha256_of
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
@@ -33,14 +40,6 @@ from perfmodel.errors import InputError, NothingUsable, write_file_atomic
 from perfmodel.limits import MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.structured_text import dump_yaml
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 #: the GEMM precisions each fitted efficiency stands for; rows in others (fp32, tf32, 4-bit) are
@@ -169,6 +168,19 @@ def run_calibration(
     inputs: list[dict] = []
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
+    # a file measured on another GPU family than --gpu would be fitted against the wrong datasheet
+    for p, ts in parsed_nccl:
+        for t in ts:
+            check_device_matches(spec.name, t.device_name, str(p))
+    for p, summary in parsed_traces:
+        check_device_matches(spec.name, summary.device_name, str(p))
+    # the cluster every fit assumes (recorded in the provenance); a node size read from the Rank lines
+    # serves the logs and traces too, as if given (same cluster)
+    gpn, gpn_from = node_size(spec, gpus_per_node, [t for _, ts in parsed_nccl for t in ts], scale_out_gbit_per_s)
+    gpus_per_node = gpus_per_node if gpn_from == DEFAULT_NODE_SIZE else gpn
+    cluster = cluster_record(
+        gpn, gpn_from, scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s(gpn),
+        "--scale-out-gbit-per-s" if scale_out_gbit_per_s else f"{spec.name} default for {gpn} GPUs per node", network)
     parsed_logs = [(p, parse_training_log(p)) for p in map(Path, logs)]
     log_points = [_log_point(p, log, spec, gpus_per_node, scale_out_gbit_per_s, network) for p, log in parsed_logs]
     parsed_gemm = [(p, check_gemm_rows(parse_gemm_csv(p), spec)) for p in map(Path, gemms)]
@@ -177,53 +189,17 @@ def run_calibration(
     # start from the shipped default profile: a partial calibration (one nccl-tests file, say)
     # overrides what it fits and keeps every other fitted value
     cal = base if base is not None else load_calibration(None)
+    records: dict = {}  # this run's fit records for the provenance (provenance.RUN_RECORDS)
     gpus_over: dict[str, dict[str, float]] = {}
     applied_from: list[str] = []  # the kinds of input something was fitted from and applied
     refused: list[str] = []  # inputs whose fit was refused (on its bound) or found nothing to fit
     if parsed_nccl:
-        try:
-            from perfmodel.calibrate.fit_collectives import fit_from_tables
-        except ImportError as exc:  # pragma: no cover - shipped together
-            raise InputError("nccl-tests", f"collective fitting unavailable ({exc})") from None
-        tables = [t for _, ts in parsed_nccl for t in ts]
-        # the fabric's entry in the profile this fit is merged into (the shipped EFA one, say)
-        inherited = dict(cal.networks.get((network or "").strip().lower(), {}))
-        fitted, residuals = fit_from_tables(
-            tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec, gpus_per_node=gpus_per_node or spec.default_gpus_per_node,
-            scale_out_gbit_per_s_per_node=scale_out_gbit_per_s or spec.default_scale_out_gbit_per_s(gpus_per_node),
-            network=network, inherited=inherited,
-        )
-        unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
-        if unfitted:
-            what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "
-                    "all_gather, reduce_scatter, alltoall or sendrecv)")
-            if len(unfitted) == len(parsed_nccl) and not (parsed_traces or parsed_logs or parsed_gemm or parsed_runs):
-                raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
-            print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
+        cal, entries, unfitted = _fit_nccl(parsed_nccl, spec, cluster, network, cal, echo,
+                                           others=bool(parsed_traces or parsed_logs or parsed_gemm or parsed_runs))
+        inputs += entries
+        refused += unfitted
         if len(unfitted) < len(parsed_nccl):
             applied_from.append("nccl-tests")
-        refused += unfitted
-        merged = cal.model_dump()
-        # a named fabric gets the fit; the shared constants and per-GPU latencies, which serve every fabric
-        # without values of its own, change only when the cluster is not named (it is then the default)
-        for key in ("networks",) if (network or "").strip() else ("constants", "gpus", "networks"):
-            for name, val in (fitted.get(key) or {}).items():
-                if isinstance(val, dict):
-                    old = dict(merged[key].get(name, {}))
-                    if key == "networks" and "congestion_nodes" in val and "congestion_max_nodes" not in val:
-                        # a congestion refitted on these logs, which the fit ran uncapped: the base's cap
-                        # (the range of other measurements) no longer describes it
-                        old.pop("congestion_max_nodes", None)
-                    merged[key][name] = {**old, **val}
-                else:
-                    merged[key][name] = val
-        cal = Calibration(**merged)
-        for p, ts in parsed_nccl:
-            med = residuals.get(str(p))
-            inputs.append({"kind": "nccl-tests", "path": _rel(p), "sha256": sha256_of(p),
-                           "points": int(sum(len(t.rows) for t in ts)), "median_abs_err_pct_ge_1MiB": med})
-            shown = f"{med:.1f}%" if isinstance(med, (int, float)) else "n/a"
-            echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
     for p, g in parsed_gemm:
         effs, errs = fit_gemm(g, spec)
         if not effs:
@@ -241,16 +217,17 @@ def run_calibration(
         if effs:
             applied_from.append("gemm")
         med = float(errs.abs_err_pct.median())  # over the fitted rows (the others are NaN)
-        inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), "points": len(g),
-                       "median_abs_err_pct": med, **effs})
+        inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),
+                       "points": int(errs.abs_err_pct.notna().sum()), "median_abs_err_pct": med, **effs})
         shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items()) or "nothing applied"
         skipped = int(errs.abs_err_pct.isna().sum())
         echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%"
              + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
-        inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p),
-                       "points": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
+        # points: 0, nothing is fitted from a trace (its kernels are summarised and compared)
+        inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "points": 0,
+                       "kernels": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
         echo(f"trace {p}: kernel time by category (s) {cats}")
         refused.append(str(p))  # summarised and compared, nothing fitted
         if len(summary.nccl_collectives):
@@ -267,8 +244,9 @@ def run_calibration(
     for (p, log), point in zip(parsed_logs, log_points):
         it = log["iteration_time_s"].dropna()
         med = float(it.median()) if len(it) else None
+        # points: the iteration lines whose median the kernel-efficiency fit uses; 0 for a log only summarised
         entry = {"kind": "log", "path": _rel(p), "sha256": sha256_of(p),
-                 "points": point.iterations if point is not None else len(log),
+                 "points": point.iterations if point is not None else 0, "iteration_lines": len(log),
                  "median_iteration_time_s": med}
         inputs.append(entry)
         log_entries[str(p)] = entry
@@ -331,8 +309,7 @@ def run_calibration(
         for s, v in per_src.sort_values(ascending=False).items():
             echo(f"  {s:<16} {v:6.1f}")
         echo(f"  macro-averaged   {per_src.mean():6.1f}")
-        cal = cal.model_copy(update={"provenance": {**cal.provenance, "runs_fit_params": fit.params,
-                                                    "runs_mape_pct_by_source": per_src.round(2).to_dict()}})
+        records.update({"runs_fit_params": fit.params, "runs_mape_pct_by_source": per_src.round(2).to_dict()})
     points = [pt for pt in log_points if pt is not None]
     if points:
         # after the runs fit: a user's own logs describe the cluster the profile is for
@@ -343,8 +320,7 @@ def run_calibration(
             # the recorded runs residuals describe the profile written: with the logs' efficiencies
             per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()
             echo(f"runs: macro-averaged MAPE with the logs' kernel efficiencies applied: {per_src.mean():.1f}%")
-            cal = cal.model_copy(update={"provenance": {
-                **cal.provenance, "runs_mape_pct_by_source": per_src.round(2).to_dict()}})
+            records["runs_mape_pct_by_source"] = per_src.round(2).to_dict()
         for row in table.itertuples():
             log_entries[row.path].update({
                 "framework": row.framework, "measured_iteration_time_s": round(row.measured_iteration_time_s, 6),
@@ -371,21 +347,62 @@ def run_calibration(
         if applied.empty and not (parsed_nccl or parsed_gemm or parsed_runs):
             raise NothingUsable("logs: no kernel efficiency fit is within its bounds; nothing to apply, no profile "
                                 "written")
-        cal = cal.model_copy(update={"provenance": {**cal.provenance, "logs_fit_params": {
-            f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}}})
+        records["logs_fit_params"] = {f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}
     if refused and not applied_from:
         # every fit was refused (on its bound, nothing usable): a profile would only restate the base one
         raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see above); no profile written")
     provenance = {
-        **cal.provenance,
+        **base_record(base),
+        **records,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "gpu": spec.name,
+        # the runs and GEMM fits take no cluster option (a runs row states its own cluster)
+        **({"cluster": cluster} if parsed_nccl or parsed_traces or parsed_logs else {}),
         "inputs": inputs,
     }
     cal = cal.model_copy(update={"provenance": provenance})
     _write_atomic(_plain(cal.model_dump()), out)
     echo(f"wrote {out}")
     return cal
+
+
+def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo, others: bool):
+    """The nccl-tests fit merged into ``cal`` (``apply_collectives``): (the calibration, the inputs'
+    provenance entries, the files nothing was applied from). NothingUsable when no file has a table
+    the fit uses and nothing else was given."""
+    # the fabric's entry in the profile this fit is merged into (the shipped EFA one, say)
+    inherited = dict(cal.networks.get((network or "").strip().lower(), {}))
+    fit = fit_from_tables(
+        [t for _, ts in parsed_nccl for t in ts], paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec,
+        gpus_per_node=cluster["gpus_per_node"], scale_out_gbit_per_s_per_node=cluster["scale_out_gbit_per_s_per_node"],
+        network=network, inherited=inherited,
+    )
+    residuals = fit.median_abs_err_pct
+    unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
+    if unfitted:
+        what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "
+                "all_gather, reduce_scatter, alltoall or sendrecv)")
+        if len(unfitted) == len(parsed_nccl) and not others:
+            raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
+        print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
+    fitted, dropped = drop_refused(fit.overrides)
+    if dropped:
+        shown = ", ".join(f"{k} = {v:.4g}" for k, v in dropped.items())
+        print(f"warning: nccl-tests: the fit of {shown} ends on the bound of its range: the collective model does "
+              "not explain these tables with it (check --gpu, --gpus-per-node and --scale-out-gbit-per-s), so it is "
+              "not applied", file=sys.stderr)
+    if fitted_values(fitted):
+        cal = merge_fit(cal, fitted, network, spec.name)
+    else:  # every value refused: nothing of these files is applied
+        unfitted = [str(p) for p, _ in parsed_nccl]
+    entries = []
+    for p, ts in parsed_nccl:
+        med = residuals.get(str(p))
+        entries.append({"kind": "nccl-tests", "path": _rel(p), "sha256": sha256_of(p),
+                        "points": fit.points.get(str(p), 0), "median_abs_err_pct_ge_1MiB": med})
+        shown = f"{med:.1f}%" if isinstance(med, (int, float)) else "n/a"
+        echo(f"nccl-tests {p}: {len(ts)} table(s), median |error| over sizes >= 1 MiB = {shown}")
+    return cal, entries, unfitted
 
 
 def _trace_nccl_check(coll: pd.DataFrame, spec, gpus_per_node, scale_out_gbit_per_s, network, cal) -> dict | None:
@@ -423,7 +440,7 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     error naming the log: better no profile than one fitted to a guess."""
     from perfmodel.calibrate.fit_logs import MEGATRON_LOG_FRAMEWORKS, LogPoint, measured_iteration_time_s
     from perfmodel.calibrate.log_config import megatron_log_overrides, megatron_log_specs
-    from perfmodel.calibrate.parsers.megatron_args import parse_megatron_arguments
+    from perfmodel.calibrate.parsers.megatron_args import arg_value, parse_megatron_arguments
     from perfmodel.estimate import check_config
 
     args = parse_megatron_arguments(path)
@@ -433,7 +450,10 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     log = log[log["framework"].isin(MEGATRON_LOG_FRAMEWORKS)]
     if log.empty:
         return None
-    framework = log["framework"].mode().iloc[0]
+    # Megatron-DeepSpeed adds --deepspeed to Megatron's arguments (DeepSpeed's engine runs the step), so a
+    # block that says 'deepspeed ... True' is that stack whatever spelling its iteration lines use
+    deepspeed = arg_value(args.get("deepspeed")) is True
+    framework = "megatron-deepspeed" if deepspeed else log["framework"].mode().iloc[0]
     specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
                                scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
     overrides = megatron_log_overrides(args, specs[3].precision)
@@ -457,11 +477,3 @@ def _plain(obj):
     if isinstance(obj, np.generic):
         return obj.item()
     return obj
-
-
-def _rel(path: Path) -> str:
-    """The input's path relative to the working directory when it lies below it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

@@ -68,6 +68,28 @@ BOUNDS = {
     "ll_bandwidth_ratio": (0.1, 1.0, 0.5),
 }
 
+#: the end of each range that stops a fit short of where its data point, so that the value explains nothing
+#: (wrong --gpu, node size or NIC bandwidth): both ends of an efficiency (a fraction of a datasheet rate)
+#: and the top of a latency or growth term. A latency or coefficient at its floor is that term switched off
+#: (the others carry the time) and a congestion at its ceiling is none: those are results, applied.
+REFUSED_AT = {"nvlink_efficiency": ("lower", "upper"), "nic_efficiency": ("lower", "upper"),
+              "ll_bandwidth_ratio": ("lower", "upper"), "intra_node_latency_us": ("upper",),
+              "scale_out_latency_us": ("upper",), "latency_log2_coeff": ("upper",),
+              "ring_step_latency_us": ("upper",), "ll_latency_us": ("upper",), "congestion_nodes": ("lower",)}
+
+
+def refused_bound(key: str, value: float) -> str | None:
+    """'lower' / 'upper' when fitted value ``value`` of ``key`` (``all_to_all.nic_efficiency`` too) ends
+    on an end of its BOUNDS that REFUSED_AT refuses (within 1% of the log range, as ``_inside``), else
+    None. A switched-off protocol (ll_bandwidth_ratio 0) and an infinite congestion are not fitted values."""
+    name = key.rpartition(".")[2]
+    if name not in REFUSED_AT or not (np.isfinite(value) and value > 0):
+        return None
+    lo, hi = np.log(BOUNDS[name][0]), np.log(BOUNDS[name][1])
+    x, margin = np.log(value), 0.01 * (hi - lo)
+    end = "lower" if x <= lo + margin else "upper" if x >= hi - margin else None
+    return end if end in REFUSED_AT[name] else None
+
 
 class Measurement(NamedTuple):
     """One nccl-tests table and the system it ran on."""
@@ -264,12 +286,24 @@ def fit_collectives(
     return {**overrides, "systems": systems, "residuals": residuals}
 
 
+class TablesFit(NamedTuple):
+    """``fit_from_tables``' result."""
+
+    overrides: dict
+    """Calibration overrides: ``constants`` / ``gpus`` / ``networks``."""
+    median_abs_err_pct: dict[str, float]
+    """Per path (or "table i"): median |error| in % over the sizes the fit used."""
+    points: dict[str, int]
+    """Per path: the rows the fit used (sizes >= 1 MiB of the collectives it fits, all its tables)."""
+
+
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
                     network: str | None = None, paths=None, base: Calibration | None = None,
-                    inherited: dict[str, float] | None = None):
-    """One system's tables (``perfmodel calibrate --nccl-tests``) -> (Calibration overrides,
-    {path or "table i": median |error| in % over sizes >= 1 MiB}). Ranks per node are taken from
-    each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``.
+                    inherited: dict[str, float] | None = None) -> TablesFit:
+    """One system's tables (``perfmodel calibrate --nccl-tests``) -> ``TablesFit``. Ranks per node
+    are taken from each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``; the
+    NIC bandwidth ``scale_out_gbit_per_s_per_node`` is that of a ``gpus_per_node`` node, scaled to
+    each table's ranks per node.
 
     ``inherited``: the fabric's entry in the profile the fit is merged into (the shipped EFA one, say).
     The fit runs over it, so what it does not determine (a congestion, which takes three node counts;
@@ -293,7 +327,8 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     fit = fit_collectives(ms, base=base)
     per_file = file_residuals(fit["residuals"]) if len(fit["residuals"]) else pd.DataFrame(columns=["path"])
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
-    return over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()}
+    return TablesFit(over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()},
+                     {r.path: int(r.points) for r in per_file.itertuples()})
 
 
 def residual_table(tables, systems, base: Calibration) -> pd.DataFrame:

@@ -2,7 +2,14 @@
 
 Format: NVIDIA/nccl-tests ``src/common.cu`` and ``doc/PERFORMANCE.md`` (REFERENCES.md §3a).
 Times are µs, bandwidths GB/s with GB = 1e9 bytes. The header line names the columns, so
-both the current ``#wrong`` layout and the older ``error`` / no-``root`` layouts parse.
+both the current ``#wrong`` layout and the older ``error`` / no-``root`` layouts parse, and so do
+the optional columns of ``src/util.cu`` ``writeResultHeader`` / ``writeBenchmarkLineBody``:
+``cputime`` in place of ``time`` (``-C 1``), ``#bitdiff`` (bitwise repeatability), the per-iteration
+``i_min i_max i_p99 i_cv%`` after each side's ``#wrong``, and a last ``timestamp`` (``-S 1``) whose
+cells are ``%Y-%m-%d %H:%M:%S`` (two words). Under ``-C 1`` the time printed is the CPU time to
+launch the iterations while algbw and busbw still come from the completed time (``common.cu``
+``BenchTime``: ``timeUsec = report_cputime ? cputimeSec : deltaSec``, the bandwidths from
+``deltaSec``), so the collective's time is taken as size / algbw there.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import pandas as pd
 from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
 from perfmodel.errors import InputError, read_text_file
 from perfmodel.limits import MAX_BYTES, MAX_COUNT
+from perfmodel.units import GB_BYTES, US_S
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv",
                      "broadcast", "reduce", "gather", "scatter"]
@@ -26,7 +34,12 @@ Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
 ROW_COLUMNS = ["size_bytes", "count", "dtype", "redop", "root",
                "oop_time_us", "oop_algbw_gb_per_s", "oop_busbw_gb_per_s", "oop_wrong",
                "ip_time_us", "ip_algbw_gb_per_s", "ip_busbw_gb_per_s", "ip_wrong"]
-_TEXT_COLUMNS = {"dtype", "redop"}
+_TEXT_COLUMNS = {"dtype", "redop", "timestamp"}
+#: per-side header names that are read but not used: the CPU launch time (-C 1), bitwise repeatability
+#: and the per-iteration statistics (src/util.cu writeResultHeader)
+_SIDE_EXTRAS = {"cputime": "cputime_us", "bitdiff": "bitdiff", "i_min": "i_min_us", "i_max": "i_max_us",
+                "i_p99": "i_p99_us", "i_cv%": "i_cv_pct"}
+_TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 # whole-number columns and their allowed range: sizes up to 1 PiB, root -1 (none) or a rank
 _INT_RANGE = {"size_bytes": (0, MAX_BYTES), "count": (0, MAX_BYTES), "root": (-1, MAX_COUNT)}
 
@@ -40,7 +53,9 @@ _OPS = (r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broad
         r"scatter|reduce)")
 _OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run or announced
 _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
-_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
+# '#  Rank %2d Group %2d Pid %6d on %10s device %2d [...] %s'; versions before the Group field (2.13 and
+# earlier) print '#   Rank %2d Pid %6d on %10s device %2d [0x%02x] %s'
+_RANK_RE = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+"
                       r"\s+\[[^\]]*\]\s+(.*\S)")
 _NUMBER_LIKE_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf)", re.I)
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
@@ -89,6 +104,9 @@ class NcclTestsResult:
     """1-based line of the table's first data row (for messages and provenance)."""
     rows: pd.DataFrame
     """One row per message size; columns ``ROW_COLUMNS``; NaN where a cell is ``N/A``."""
+    time_column: Literal["time", "cputime"] = "time"
+    """What the table printed as time: ``cputime`` (``-C 1``, CPU launch time) makes ``*_time_us``
+    size / algbw, the completed time the bandwidths were computed from."""
 
 
 def _strip_prefix(line: str) -> str:
@@ -96,26 +114,54 @@ def _strip_prefix(line: str) -> str:
 
 
 def _header_columns(tokens: list[str]) -> list[str] | None:
-    """Map a ``# size count type ...`` header to ROW_COLUMNS names, or None if not a header."""
+    """Map a ``# size count type ...`` header to ROW_COLUMNS names (plus the read-but-unused
+    ``oop_cputime_us``, ``ip_i_min_us``, ..., ``timestamp``), or None if not a header."""
     names = [t.lstrip("#").lower() for t in tokens if t != "#"]
     if not names or names[0] != "size" or "algbw" not in names:
         return None
+    if "timestamp" in names[:-1]:  # writeResultHeader prints it last, after the in-place columns
+        return None
     simple = {"size": "size_bytes", "count": "count", "type": "dtype", "redop": "redop",
-              "root": "root"}
+              "root": "root", "timestamp": "timestamp"}
     out: list[str] = []
     seen_time = 0
     for name in names:
         if name in simple:
             out.append(simple[name])
             continue
-        if name == "time":
+        if name in ("time", "cputime"):
             seen_time += 1
         side = "oop" if seen_time <= 1 else "ip"
         metric = {"time": "time_us", "algbw": "algbw_gb_per_s", "busbw": "busbw_gb_per_s",
-                  "wrong": "wrong", "error": "wrong"}.get(name)
+                  "wrong": "wrong", "error": "wrong", **_SIDE_EXTRAS}.get(name)
         if metric is None:
             return None
         out.append(f"{side}_{metric}")
+    return out
+
+
+def _row_cells(tokens: list[str], columns: list[str], where: str) -> list[str]:
+    """A data line's cells in ``columns`` order: the timestamp column (``-S 1``) is two words."""
+    stamped = columns[-1] == "timestamp"
+    expected = len(columns) + stamped
+    if len(tokens) != expected:
+        raise InputError("nccl-tests row", f"expected {expected} columns, got {len(tokens)} (truncated line?)", where)
+    if stamped:
+        tokens = tokens[:-2] + [" ".join(tokens[-2:])]
+        if _TIMESTAMP_RE.fullmatch(tokens[-1]) is None:
+            raise InputError("timestamp", f"expected '%Y-%m-%d %H:%M:%S' (got {tokens[-1]!r})", where)
+    return tokens
+
+
+def _time_from_algbw(rows: pd.DataFrame) -> pd.DataFrame:
+    """``*_time_us`` of a ``-C 1`` table: size / algbw (algbw = size / completed time, doc/PERFORMANCE.md),
+    NaN where algbw printed as 0 (sizes far below the 1 MiB the fit uses)."""
+    out = rows.copy()
+    size = out["size_bytes"].to_numpy(float)
+    for side in ("oop", "ip"):
+        algbw = out[f"{side}_algbw_gb_per_s"].to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[f"{side}_time_us"] = np.where(algbw > 0, size / (algbw * GB_BYTES) / US_S, np.nan)
     return out
 
 
@@ -126,7 +172,7 @@ def _cell(token: str, column: str, where: str) -> float | int | str:
     if column in _TEXT_COLUMNS:
         return token
     if token.upper() == "N/A":
-        if column.startswith("ip_") or column.endswith("_wrong"):
+        if column.startswith("ip_") or column.endswith("_wrong") or _is_extra(column):
             return np.nan
         raise InputError(column, "is N/A; nccl-tests prints a number here (only the in-place and "
                          "#wrong columns may be N/A)", where)
@@ -147,7 +193,13 @@ def _cell(token: str, column: str, where: str) -> float | int | str:
         raise InputError(column, f"must be a finite time > 0 us (got {token!r})", where)
     if column.endswith("_gb_per_s") and not 0.0 <= value < math.inf:
         raise InputError(column, f"must be a finite bandwidth >= 0 GB/s (got {token!r})", where)
+    if _is_extra(column) and not 0.0 <= value < math.inf:
+        raise InputError(column, f"must be a finite number >= 0 (got {token!r})", where)
     return value
+
+
+def _is_extra(column: str) -> bool:
+    return column.split("_", 1)[-1] in _SIDE_EXTRAS.values()
 
 
 def _op_from_text(text: str, pattern: re.Pattern = _OP_TEXT_RE) -> Collective | None:
@@ -233,6 +285,9 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
             columns: list[str], first_line: int, avg: float | None,
             file_version: str | None) -> NcclTestsResult:
     rows = pd.DataFrame(data, columns=columns)
+    time_column = "cputime" if "oop_cputime_us" in rows else "time"
+    if time_column == "cputime":
+        rows = _time_from_algbw(rows)
     for col in ROW_COLUMNS:
         if col not in rows:
             rows[col] = -1.0 if col == "root" else np.nan
@@ -257,7 +312,7 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
         n_nodes=len(hosts) or None,
         device_name=ranks[min(ranks)][1] if ranks else None,
         nccl_version=_nccl_version(text) or file_version, avg_busbw_gb_per_s=avg,
-        first_line=first_line, rows=rows)
+        first_line=first_line, rows=rows, time_column=time_column)
 
 
 def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
@@ -314,9 +369,7 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             continue
         if columns is not None and re.fullmatch(r"\d+", tokens[0]):
             where = f"{path}:{lineno}"
-            if len(tokens) != len(columns):
-                raise InputError("nccl-tests row", f"expected {len(columns)} columns, got "
-                                 f"{len(tokens)} (truncated line?)", where)
+            tokens = _row_cells(tokens, columns, where)
             if not data:
                 first_line = lineno
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])

@@ -4,7 +4,10 @@ Recognised lines (a launcher label, ``parsers.launcher``, may precede them):
 - Megatron-LM ``iteration N/M | ... elapsed time per iteration (ms): X | throughput per GPU
   (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``);
 - Megatron-Kwai: the same with ``tokens per sec per gpu: Z``;
-- Megatron-DeepSpeed: ``samples/sec: S | iteration N/M | ... approx flops per GPU: 112.9TFLOPS``;
+- Megatron-DeepSpeed: ``samples/sec: S | iteration N/M | ... approx flops per GPU: 112.9TFLOPS`` (BigScience's
+  fork), or Microsoft's ``iteration N/M | ... elapsed time per iteration (ms): X | ... | samples per second: S |
+  tokens per gpu per second (tgs): T | TFLOPs: F |`` (microsoft/Megatron-DeepSpeed ``megatron/training.py``
+  ``training_log``; forks of it may drop the tgs field);
 - DeepSpeed ThroughputTimer ``global_step=G, ..., CurrSamplesPerSec=S``;
 - DeepSpeed flops profiler block ``Profile Summary at step N`` ... ``iter latency`` ...;
 - torchtitan ``step: N ... tps: 1,234  tflops: 3.15  mfu: 0.32%`` (``wps:`` before late 2024; colour
@@ -32,6 +35,10 @@ _MEGATRON_TFLOP = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
 _KWAI_TOKENS = re.compile(r"tokens per sec per gpu:\s*" + _NUM)
 _MDS_SAMPLES = re.compile(r"samples/sec:\s*" + _NUM)
 _MDS_TFLOP = re.compile(r"approx flops per GPU:\s*" + _NUM + r"\s*TFLOPS")
+# microsoft/Megatron-DeepSpeed training_log: 'samples per second' and 'TFLOPs' always, 'tgs' in most versions
+_MSDS_SAMPLES = re.compile(r"\|\s*samples per second:\s*" + _NUM)
+_MSDS_TGS = re.compile(r"\|\s*tokens per gpu per second \(tgs\):\s*" + _NUM)
+_MSDS_TFLOP = re.compile(r"\|\s*TFLOPs:\s*" + _NUM)
 _DS_TIMER = re.compile(r"global_step=(\d+),.*?CurrSamplesPerSec=" + _NUM)
 _DS_TIMER_OLD = re.compile(r"\b\d+/(\d+), SamplesPerSec=" + _NUM)
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -72,6 +79,10 @@ def _parse_line(text: str, lineno: int) -> dict | None:
         if _MDS_SAMPLES.search(text) or _MDS_TFLOP.search(text):
             return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
                         tflop=_f(_MDS_TFLOP.search(text)), samples=_f(_MDS_SAMPLES.search(text)))
+        if _MSDS_SAMPLES.search(text) and _MSDS_TFLOP.search(text):
+            return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
+                        tokens=_f(_MSDS_TGS.search(text)), tflop=_f(_MSDS_TFLOP.search(text)),
+                        samples=_f(_MSDS_SAMPLES.search(text)))
         return _row(int(it.group(1)), "megatron-lm", lineno, time_s=time_s,
                     tflop=_f(_MEGATRON_TFLOP.search(text)))
     ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
