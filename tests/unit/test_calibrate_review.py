@@ -17,7 +17,6 @@ import yaml
 from perfmodel.calibrate.parsers import parse_nccl_tests, parse_nccl_tests_all, parse_training_log
 from perfmodel.calibration_profile import DEFAULT_PROFILE_PATH, load_calibration
 from perfmodel.catalog import load_gpu
-from perfmodel.cli import main
 from perfmodel.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,16 +26,10 @@ P5_1NODE = COLL / "traces" / "nccl" / "aws_p5_1node_h100_allreduce.txt"
 POLARIS = COLL / "collectives" / "alcf_polaris_A100_slingshot"
 POLARIS_N2 = POLARIS / "nccl_2_21__n2.g4.2024-04-29-19-08-14__all_reduce_output.dat.5.txt"
 POLARIS_N8 = POLARIS / "nccl_2_21__n8.g4.2024-04-29-21-23-48__all_reduce_output.dat.5.txt"
+from test_calibrate_fixes import run_cli  # noqa: E402  (the same CLI runner)
+
 needs_shipped = pytest.mark.skipif(not (P5_1NODE.is_file() and POLARIS_N8.is_file()),
                                    reason="shipped nccl-tests logs missing")
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr("sys.argv", ["perfmodel", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def calibrate(monkeypatch, capsys, tmp_path, *args: str, gpu: str = "h100-sxm5-80gb", name: str = "p.yaml"):
