@@ -88,6 +88,7 @@ def model_arrays(model: ModelSpec) -> dict[str, float]:
         "vocab_size": model.vocab_size,
         "mlp_matrices": model.mlp_matrices,
         "tied_embeddings": float(model.tied_embeddings),
+        "parallel_block": float(model.parallel_block),
         "biases": float(model.mlp == "gelu"),
         # GPT-era models train with dropout (Korthikanti's masks); Llama-family without
         "dropout": float(model.mlp == "gelu"),
@@ -300,5 +301,5 @@ def estimate(
             "zeropp": zeropp_text(parallel.zeropp),  # same form as recommend's (a comma list)
             "sp": parallel.sp and parallel.tp > 1,  # as costed: sequence parallelism needs a TP group
         },
-        notes=tuple(job_notes(job, cluster, cal) + capability_notes(model, cluster, parallel, job)),
+        notes=tuple(job_notes(job, cluster, cal, model) + capability_notes(model, cluster, parallel, job)),
     )

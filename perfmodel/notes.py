@@ -47,9 +47,11 @@ def network_note(network: str | None, cal) -> str | None:
             f"NIC/NVLink rates with the shared efficiencies (calibrated fabrics: {known})")
 
 
-def job_notes(job: JobSpec, cluster: ClusterSpec, cal) -> list[str]:
-    """The notes of a job on a cluster, whatever its configuration: its stack and its fabric."""
-    return [n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal)) if n]
+def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None = None) -> list[str]:
+    """The notes of a job on a cluster, whatever its configuration: what its model's source states that is
+    not modelled (``ModelSpec.notes``), its stack and its fabric."""
+    return list(model.notes if model is not None else ()) + [
+        n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal)) if n]
 
 
 def capability_notes(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> list[str]:

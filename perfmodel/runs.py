@@ -536,6 +536,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         n_kv_heads=safe(kv), vocab_size=safe(vocab, 32000.0),
         mlp_matrices=np.array([MLP_MATRICES.get(m, 2) for m in mlp], dtype=float),
         tied_embeddings=tied.astype(float), biases=(mlp == "gelu").astype(float),
+        parallel_block=np.zeros(n),  # the runs schema has no such column: sequential blocks
         dropout=(mlp == "gelu").astype(float),
         seq_len=safe(_num(df, "seq_len"), 1024.0), global_batch=safe(gb),
         tp=safe(tp), pp=safe(pp), dp=safe(dp), cp=safe(cp), vpp=safe(vpp), micro_batch=safe(mb),

@@ -43,7 +43,7 @@ from perfmodel.zeropp import hpz_secondary_bytes, layer_weight_numels, zero3_mic
 STEP_INPUTS = (
     # model
     "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
-    "mlp_matrices", "tied_embeddings", "biases", "dropout",
+    "mlp_matrices", "tied_embeddings", "parallel_block", "biases", "dropout",
     # job
     "seq_len", "global_batch", "gemm_peak_flop_per_s", "bf16_peak_flop_per_s",
     # hardware / cluster
@@ -232,7 +232,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # sequence-parallel all-gathers in front of the recomputed k and w3 matmuls (half a pass each)
     # and keeps the reduce-scatter outputs
     sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
-    tp_passes = 4.0 + 2.0 * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
+    # a parallel attention + MLP block sums the two row-parallel outputs before one reduction in forward
+    # (GPT-NeoX gpt_j_residual); the backward keeps one per column-parallel input (each branch's copy)
+    fwd_passes = 2.0 - (f64["parallel_block"] > 0)
+    tp_passes = fwd_passes + 2.0 + fwd_passes * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
     tp_layer_s = (1.0 - f64["tp_overlap"]) * tp_passes * tp_ar
     # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
     # to-be-scattered tensors are not contiguous per rank, so each all-gather / reduce-scatter adds a

@@ -5,7 +5,6 @@ Face ``config.json``; ``load_gpu`` takes a catalog name or a hardware-profile YA
 """
 from __future__ import annotations
 
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -133,11 +132,16 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         if cfg.get(key) is not None:  # DeepSeek-V2/V3: low-rank compressed keys/values and queries
             raise InputError(f"model.{key}", "multi-head latent attention (MLA) is not modelled (standard or grouped-"
                              "query attention only)", where=where)
+    notes = []
     window = cfg.get("sliding_window")
     if window is not None and cfg.get("use_sliding_window") is not False:
         # a local window cuts attention to s * w, the model costs the full causal s^2 / 2: an upper bound
-        print(f"note: {where}: sliding_window ({window!r}) is not modelled: attention is costed as full causal "
-              "attention (an upper bound on its time where the sequence is longer than the window)", file=sys.stderr)
+        notes.append(f"{where}: sliding_window ({window!r}) is not modelled: attention is costed as full causal "
+                     "attention (an upper bound on its time where the sequence is longer than the window)")
+    proj = integer("word_embed_proj_dim", "word_embed_proj_dim")
+    if proj is not None and proj != hidden:  # OPT-350m: 512-wide embeddings and head, projected in and out
+        raise InputError("model.word_embed_proj_dim", f"an embedding width ({proj}) other than hidden_size ({hidden}) "
+                         "is not modelled (embeddings and the output layer are costed at the model width)", where=where)
     head_dim = integer("head_dim", "head_dim")
     if head_dim is not None and head_dim * heads != hidden:
         raise InputError("model.head_dim", f"head_dim * num_attention_heads ({head_dim}*{heads}) must equal "
@@ -177,21 +181,33 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
                          f"(got {tied!r})", where=where)
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")  # learned absolute position embeddings
+    # Falcon's multi_query (without its new decoder architecture) is one key/value head, whatever num_kv_heads
+    # says (transformers FalconAttention: num_kv_heads if new_decoder_architecture or not multi_query else 1;
+    # save_pretrained writes num_kv_heads = num_attention_heads beside multi_query: true)
+    mqa = cfg.get("multi_query") is True and cfg.get("new_decoder_architecture") is not True
+    kv_heads = 1 if mqa else integer("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv", default=heads)
+    # attention and MLP side by side: GPT-J, Phi-1/2 and Cohere always; GPT-NeoX's use_parallel_residual and
+    # Falcon's parallel_attn (or its new decoder architecture), both true when absent in transformers' configs
+    parallel = (model_type in ("gptj", "phi", "cohere")
+                or (model_type == "gpt_neox" and cfg.get("use_parallel_residual", True) is True)
+                or (model_type in ("falcon", "refinedweb", "refinedwebmodel")
+                    and (cfg.get("parallel_attn", True) is True or cfg.get("new_decoder_architecture") is True))
+                or cfg.get("use_parallel_residual") is True or cfg.get("parallel_attn") is True)
     data = dict(
         name=name,
         n_layers=layers,
         hidden_size=hidden,
         ffn_hidden_size=ffn,
         n_heads=heads,
-        # Falcon-7B states multi_query: true (one KV head) instead of a count
-        n_kv_heads=integer("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_head_kv",
-                           default=1 if cfg.get("multi_query") is True else heads),
+        n_kv_heads=kv_heads,
         vocab_size=vocab,
         mlp="swiglu" if gated else ("relu2" if act == "relu2" else "gelu"),  # Nemotron: squared ReLU
         tied_embeddings=tied,
         learned_pos_emb=learned,
         max_seq_len=_informational_length(pick(*CONTEXT_KEYS), where, found(*CONTEXT_KEYS), used=learned),
+        parallel_block=parallel,
         source=where,
+        notes=tuple(notes),
     )
     try:
         return ModelSpec(**data)

@@ -73,7 +73,7 @@ def recommend(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail, framework_note
+    from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.errors import InputError
     from perfmodel.notes import job_notes
     from perfmodel.search.emit import EMIT_TARGETS
@@ -108,7 +108,7 @@ def recommend(
     # --gpus with --gpus-range searches both: the header names every count searched
     where = f"{spec.name} on {','.join(map(str, counts)) if counts else gpus} x {cluster.gpu.name}"
     # what changes the answer without an error (the stack, the fabric): --json's "notes" list
-    notes_out = job_notes(job, cluster, cal)
+    notes_out = job_notes(job, cluster, cal, spec)
     if res.n_feasible == 0:
         if json_out:
             typer.echo(json.dumps({**res.contract_json(top), "notes": notes_out}))
@@ -139,9 +139,8 @@ def recommend(
 
     df = res.candidates.head(top)
     typer.echo(f"{where}, global batch {global_batch}, seq len {seq_len}, {job.precision}, {framework}")
-    note = framework_note(framework, cal)
-    if note:
-        typer.echo(note)
+    for note in notes_out:
+        typer.echo(f"note: {note}")
     typer.echo(
         f"searched {res.n_evaluated:,} configurations in {res.search_time_s:.2f} s: {res.n_feasible:,} fit "
         f"(objective: {objective})"

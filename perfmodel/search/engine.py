@@ -400,7 +400,8 @@ def search(
                      train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
                      zeropp=zeropp)
     df = res.candidates
-    df.attrs["notes"] = job_notes(job, cluster, calibration if calibration is not None else load_calibration(None))
+    cal = calibration if calibration is not None else load_calibration(None)
+    df.attrs["notes"] = job_notes(job, cluster, cal, model)
     if res.pareto is not None:
         df.attrs["pareto"] = res.pareto.to_dict("records")
     return df

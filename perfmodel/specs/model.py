@@ -41,7 +41,15 @@ class ModelSpec(BaseModel):
         default=False, description="Learned absolute position embedding (GPT-2/3); False for RoPE/ALiBi."
     )
     max_seq_len: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN, description="Context length it was trained at.")
+    parallel_block: bool = Field(
+        default=False, description="Attention and MLP read the same input and their outputs are summed (GPT-J, "
+        "GPT-NeoX use_parallel_residual, Falcon parallel_attn, PaLM): one tensor-parallel reduction per layer "
+        "in forward instead of two (GPT-NeoX ParallelTransformerLayer: parallel_output branches, one "
+        "reduce_from_model_parallel_region).")
     source: str | None = Field(default=None, description="Where the dimensions come from.")
+    notes: tuple[str, ...] = Field(
+        default=(), description="What the model's source states that the cost model does not represent (e.g. a "
+        "sliding attention window): carried into every output's notes.")
 
     @field_validator("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "vocab_size",
                      "max_seq_len", mode="before")
@@ -52,7 +60,7 @@ class ModelSpec(BaseModel):
             raise ValueError("must be an integer, not text")
         return not_a_boolean(value, "integer")
 
-    @field_validator("tied_embeddings", "learned_pos_emb", mode="before")
+    @field_validator("tied_embeddings", "learned_pos_emb", "parallel_block", mode="before")
     @classmethod
     def _a_boolean(cls, value):
         return strict_boolean(value)

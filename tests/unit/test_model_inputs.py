@@ -240,3 +240,91 @@ def test_mpt_expansion_ratio_sets_the_mlp_width(tmp_path):
     assert perfmodel.load_model(str(p)).ffn_hidden_size == 4096
     p.write_text(json.dumps({**mpt, "expansion_ratio": "8"}))
     assert _error(str(p)).field == "model.ffn_hidden_size"
+
+
+# ---- a review of the Hugging Face loader against transformers' own configs ------------------------------
+pm = perfmodel
+FALCON_7B_SAVED = {  # tiiuae/falcon-7b as transformers' save_pretrained writes it (num_kv_heads beside multi_query)
+    "architectures": ["FalconForCausalLM"], "bias": False, "hidden_size": 4544, "model_type": "falcon",
+    "multi_query": True, "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32,
+    "num_kv_heads": 71, "parallel_attn": True, "vocab_size": 65024,
+}
+
+
+def _hf(tmp_path, cfg, name="config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return pm.load_model(str(path))
+
+
+def test_falcon_multi_query_is_one_kv_head_whatever_num_kv_heads_says(tmp_path):
+    """transformers FalconAttention: num_kv_heads if new_decoder_architecture or not multi_query else 1;
+    Falcon-7B has 6.92B parameters (query_key_value out_features 4544 + 2 x 64)."""
+    m = _hf(tmp_path, FALCON_7B_SAVED)
+    assert m.n_kv_heads == 1 and m.parallel_block
+    assert m.n_params() / 1e9 == pytest.approx(6.92, abs=0.01)
+    m40 = _hf(tmp_path, {**FALCON_7B_SAVED, "new_decoder_architecture": True, "num_kv_heads": 8,
+                         "num_attention_heads": 128, "hidden_size": 8192, "num_hidden_layers": 60})
+    assert m40.n_kv_heads == 8
+
+
+def test_parallel_blocks_are_read(tmp_path):
+    """GPT-NeoX's use_parallel_residual (true when absent, as GPTNeoXConfig defaults), GPT-J always,
+    Llama never."""
+    neox = {"model_type": "gpt_neox", "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
+            "intermediate_size": 24576, "vocab_size": 50432, "hidden_act": "gelu", "tie_word_embeddings": False}
+    assert _hf(tmp_path, neox).parallel_block
+    assert not _hf(tmp_path, {**neox, "use_parallel_residual": False}).parallel_block
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16, "vocab_size": 50400,
+            "activation_function": "gelu_new"}
+    assert _hf(tmp_path, gptj).parallel_block
+    assert not pm.load_model("llama3-8b").parallel_block
+
+
+def test_a_parallel_block_reduces_once_in_forward():
+    """GPT-NeoX ParallelTransformerLayer (gpt_j_residual): the attention and MLP row-parallel outputs are summed
+    before one reduction in forward; the backward keeps one per branch: 3 reductions a layer instead of 4,
+    and full recompute re-runs the one forward reduction (4 instead of 6)."""
+    model = pm.load_model("gpt3-13b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 8, 8)
+    job = pm.JobSpec(global_batch=8, seq_len=2048)
+
+    def tp_s(parallel, recompute):
+        m = model.model_copy(update={"parallel_block": parallel})
+        par = pm.ParallelSpec(tp=8, pp=1, dp=1, recompute=recompute, zero_stage=0)
+        return pm.estimate(m, cluster, par, job).time_breakdown_s["tp_comm_s"]
+
+    assert tp_s(True, "none") == pytest.approx(0.75 * tp_s(False, "none"), rel=1e-9)
+    assert tp_s(True, "full") == pytest.approx(4.0 / 6.0 * tp_s(False, "full"), rel=1e-9)
+
+
+def test_opt_projected_embeddings_are_refused(tmp_path):
+    opt350 = {"model_type": "opt", "hidden_size": 1024, "word_embed_proj_dim": 512, "num_hidden_layers": 24,
+              "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272, "activation_function": "relu"}
+    with pytest.raises(InputError) as exc:
+        _hf(tmp_path, opt350)
+    assert exc.value.field == "model.word_embed_proj_dim"
+    assert _hf(tmp_path, {**opt350, "word_embed_proj_dim": 1024}).hidden_size == 1024
+
+
+def test_a_sliding_window_is_a_note_of_every_output(tmp_path):
+    """Not a bare stderr print: the note is the model's (ModelSpec.notes) and so in est.notes, in --json's
+    notes list, and stderr stays empty."""
+    from typer.testing import CliRunner
+
+    from perfmodel.cli import app
+
+    mistral = {"model_type": "mistral", "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+               "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "sliding_window": 4096,
+               "tie_word_embeddings": False, "vocab_size": 32000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(mistral))
+    m = pm.load_model(str(path))
+    assert any("sliding_window" in n for n in m.notes)
+    est = pm.estimate(m, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8), pm.ParallelSpec(dp=8),
+                      pm.JobSpec(global_batch=8, seq_len=8192))
+    assert any("sliding_window" in n for n in est.notes)
+    res = CliRunner().invoke(app, ["estimate", "--model", str(path), "--gpu", "h100-sxm5-80gb", "--gpus", "8",
+                                   "--global-batch", "8", "--json"])
+    assert res.exit_code == 0 and not res.stderr
+    assert any("sliding_window" in n for n in json.loads(res.stdout)["notes"])
