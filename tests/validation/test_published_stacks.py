@@ -10,9 +10,10 @@ from perfmodel.calibration_profile import Calibration
 
 #: configs/20B.yml in EleutherAI/gpt-neox ("as it was trained on 96x 40GB A100"): 44 layers, hidden 6144,
 #: 64 heads, seq 2048, untied embeddings, pipe-parallel-size 4, model-parallel-size 2, micro-batch 4 x 32
-#: accumulation steps, ZeRO-1, fp16, checkpoint-activations; vocabulary 50432 (the paper's Table 1)
+#: accumulation steps, ZeRO-1, fp16, checkpoint-activations, gpt_j_residual (attention and MLP in parallel);
+#: vocabulary 50432 (the paper's Table 1)
 NEOX_20B = pm.ModelSpec(name="gpt-neox-20b", n_layers=44, hidden_size=6144, ffn_hidden_size=24576, n_heads=64,
-                        n_kv_heads=64, vocab_size=50432, mlp="gelu", tied_embeddings=False)
+                        n_kv_heads=64, vocab_size=50432, mlp="gelu", tied_embeddings=False, parallel_block=True)
 #: the paper: 117 TFLOP/s per GPU, counted as GPT-NeoX logs it (megatron/logging.py get_flops: Megatron's
 #: eq. 3 with the recompute factor 4): F = 96 B s l h^2 (1 + s / 6h + V / 16 l h) per step
 REPORTED_TFLOP_PER_S = 117.0
