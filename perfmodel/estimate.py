@@ -167,6 +167,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
         "zero3_max_live_params": profile.zero3_max_live_params,
         "zero3_keep_params_with_pp": float(profile.zero3_keep_params_with_pp),
         "pp_reduces_after_backward": float(profile.pp_reduces_after_backward),
+        "stack_parallel_block": float(profile.parallel_block),
         "selective_alternate_mm": float(profile.selective_alternate_mm),
         "sp_batch_copies": float(profile.sp_batch_copies),
         "pp_balances_head": float(profile.pp_balances_head),

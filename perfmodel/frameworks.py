@@ -85,6 +85,10 @@ class FrameworkProfile(BaseModel):
         "(torchtitan: fsdp_reshard_after_forward 'default' = not pp_enabled; torch.distributed.pipelining "
         "turns off reshard-after-backward and gradient sync until the last backward)."
     )
+    parallel_block: bool = Field(
+        False, description="The stack builds every model with attention and MLP in parallel (one TP reduction per "
+        "layer in forward), whatever the model's own layout (MegaScale, Jiang et al. NSDI'24 Sec. 3.1: parallel "
+        "transformer block).")
     pp_reduces_after_backward: bool = Field(
         False, description="With pipeline parallelism the gradient reduction runs after the last backward, not "
         "overlapped with it (DeepSpeed's PipelineEngine: TrainSchedule ends with ReduceGrads, "
@@ -153,7 +157,8 @@ PROFILES: dict[str, FrameworkProfile] = {
     ),
     "nemo": FrameworkProfile(**_MEGATRON_TE),
     "megatron-bridge": FrameworkProfile(**_MEGATRON_TE),
-    "megascale": FrameworkProfile(**_MEGATRON_TE),
+    "megascale": FrameworkProfile(**{**_MEGATRON_TE, "parallel_block": True, "source": _MEGATRON_TE["source"] + (
+        "; MegaScale's parallel transformer block (Jiang et al. NSDI'24 Sec. 3.1)")}),
     "megatron-kwai": FrameworkProfile(**_MEGATRON_TE),
     "megatron-deepspeed": FrameworkProfile(
         flash_attention=False, tp_overlap=0.0, dp_overlap=0.0, fp16_grads_in_param_dtype=True,

@@ -60,7 +60,7 @@ STEP_INPUTS = (
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
-    "zero3_keep_params_with_pp", "pp_reduces_after_backward", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
+    "zero3_keep_params_with_pp", "pp_reduces_after_backward", "stack_parallel_block", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
     "elementwise_passes_per_h", "mlp_activation_in_gemm", "flash_pads_misaligned_heads",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
@@ -234,7 +234,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     sel_alt = (rc == RECOMPUTE_SELECTIVE) & (f64["selective_alternate_mm"] > 0) & (sp > 0)
     # a parallel attention + MLP block sums the two row-parallel outputs before one reduction in forward
     # (GPT-NeoX gpt_j_residual); the backward keeps one per column-parallel input (each branch's copy)
-    fwd_passes = 2.0 - (f64["parallel_block"] > 0)
+    fwd_passes = 2.0 - ((f64["parallel_block"] > 0) | (f64["stack_parallel_block"] > 0))
     tp_passes = fwd_passes + 2.0 + fwd_passes * (rc == RECOMPUTE_FULL) + 1.0 * sel_alt
     tp_layer_s = (1.0 - f64["tp_overlap"]) * tp_passes * tp_ar
     # sequence sharding on dim 1 of [b, s, h] (torchtitan's Shard(1)): with b > 1 the gathered and the
