@@ -103,7 +103,8 @@ def estimate(
     vpp: Annotated[int, typer.Option(help="Virtual pipeline stages per rank.")] = 1,
     micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per micro-batch (default 1).")] = None,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism (with tp > 1).")] = True,
-    zero_stage: Annotated[Optional[int], typer.Option("--zero-stage", help="ZeRO stage 0..3 (default 1; 3 under torchtitan, whose sharding is FSDP).")] = None,
+    zero_stage: Annotated[Optional[int], typer.Option(
+        "--zero-stage", help="ZeRO stage 0..3 (default 1; 3 under torchtitan, whose sharding is FSDP).")] = None,
     zeropp: Annotated[Optional[str], typer.Option("--zeropp", help="Comma list of qwz,hpz,qgz (ZeRO-3).")] = None,
     recompute: Annotated[str, typer.Option(help="none, selective, full or balanced.")] = "none",
     cp_kind: Annotated[str, typer.Option("--cp-kind", help="Context parallelism: ring or ulysses.")] = "ring",

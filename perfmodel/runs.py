@@ -33,16 +33,24 @@ MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu"
 #: (``apply_tp`` of its Llama parallelize module: ``"attention_norm": SequenceParallel()``, likewise
 #: ffn_norm) always shards the norms over the sequence and gathers / scatters around the linears.
 SP_FRAMEWORKS = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatron-kwai",
-                 "gpt-neox", "nanotron", "torchtitan"}
+                 "gpt-neox", "nanotron", "torchtitan", "meta-internal"}
 #: stacks that split a step's local batch into one micro-batch per pipeline stage by default
 #: (torchtitan 2024 config_manager.py: --experimental.pipeline_parallel_microbatches "The default
 #: value will be the number of pipeline stages, if unspecified")
 PP_MICROBATCHES_PER_STAGE = {"torchtitan"}
+#: stacks whose runs put tensor parallelism inside the node first (Megatron's and its descendants'
+#: practice, Narayanan et al. 2021 Sec. 3.3: tp up to the GPUs of a node, then pp); the others (DeepSpeed
+#: ZeRO, the flash-attention scripts' DDP, torchtitan's FSDP2, an unknown stack) scale data parallelism first
+TENSOR_PARALLEL_FIRST = {"megatron-lm", "nemo", "megatron-bridge", "megascale", "megatron-kwai", "meta-internal",
+                         "megatron-deepspeed", "gpt-neox", "nanotron"}
 #: the runs schema's ``[tflops convention: NAME]`` tag in ``notes``: the names validate converts, the
 #: first being Megatron's eq. 3 (which assumes full activation recomputation)
 CONVENTION_EQ3 = "Megatron eq.3 (counts recompute)"
 CONVENTION_MODEL_X3_4 = "model FLOPs (Megatron formula x3/4)"
-DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai"}
+#: stacks that shard the optimizer states by default: the Megatron-Core recipes' distributed optimizer, and
+#: Meta's Llama 3 stack (Dubey et al. 2024 Sec. 3.3.2: FSDP sharding the optimizer states and gradients,
+#: the weights kept after forward)
+DISTRIBUTED_OPTIMIZER_DEFAULT = {"nemo", "megatron-bridge", "megascale", "megatron-kwai", "meta-internal"}
 FSDP_DEFAULT = set(ZERO_0_3_ONLY)
 NO_RECOMPUTE_DEFAULT = {"megatron-bridge"}
 
@@ -53,7 +61,7 @@ DEFAULTS_DOC = {
     "count is costed with the plain 1F1B bubble, (pp - 1) / micro-batches, and comes out slow by it",
     "sp": "on when tp > 1 for Megatron-family frameworks with sequence parallelism (Megatron-LM, NeMo, "
     "Megatron-Bridge, MegaScale, Megatron-Kwai, GPT-NeoX, nanotron's reduce-scatter TP mode, torchtitan "
-    "(its TP plan applies SequenceParallel to the norms)), else off (Megatron-DeepSpeed of the BLOOM era "
+    "(its TP plan applies SequenceParallel to the norms), Meta's Llama 3 stack (meta-internal)), else off (Megatron-DeepSpeed of the BLOOM era "
     "has none)",
     "recompute": "full where the row's TFLOP/s follow Megatron's eq. 3 (notes tag '[tflops convention: Megatron "
     "eq.3 (counts recompute)]': the formula assumes activation recomputation); none for Megatron-Bridge "
@@ -61,9 +69,12 @@ DEFAULTS_DOC = {
     "activations to the CPU are costed without it, and may not fit the modelled memory); else the least "
     "recomputation that fits: none, else selective, else full",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
-    "2024 default for --experimental.pipeline_parallel_microbatches)",
+    "2024 default for --experimental.pipeline_parallel_microbatches); with ZeRO-3 / FSDP and pp = 1 the whole "
+    "local batch (global_batch / dp): such a stack gathers the parameters every micro-batch, so its runs take "
+    "the local batch in one (torchtitan's local_batch_size, FSDP training loops)",
     "zero_stage": "3 where zeropp names ZeRO++ parts (a ZeRO-3 feature); 1 for NeMo / Megatron-Bridge / MegaScale / "
-    "Megatron-Kwai (distributed optimizer in their recipes), 3 for torchtitan (FSDP2), else 0",
+    "Megatron-Kwai (distributed optimizer in their recipes) and Meta's Llama 3 stack (optimizer states and "
+    "gradients sharded), 3 for torchtitan (FSDP2), else 0 (Megatron-LM's and DeepSpeed's own defaults)",
     "vocab_size": "nanotron: 131072 (VOCAB_SIZES in nanotron scripts/scaling_benchmarks.py, the generator "
     "of its published benchmarks); else the vocabulary of the catalog model with the same layers, hidden, "
     "ffn, heads and MLP kind when the catalog names exactly one (GPT-3 175B 51200, Nemotron-3 8B 256000); "
@@ -86,10 +97,16 @@ DEFAULTS_DOC = {
     "whole); tp and pp both blank with dp stated: tp the largest size, at most 8 and within the NVLink domain, "
     "that divides n_gpus / (dp x cp) and n_heads and that n_kv_heads divides or is a multiple of, pp the rest "
     "(a split estimate accepts: pp divides n_layers or n_layers + 2, and the stated vpp each stage's layers); "
+    "tp, pp and dp all blank: the first layout whose data-parallel size divides the batch (global_batch / "
+    "micro_batch): for the Megatron family (Megatron-LM, NeMo, Megatron-Bridge, MegaScale, Megatron-Kwai, Meta's "
+    "stack, Megatron-DeepSpeed, GPT-NeoX, nanotron) tp the largest size as above and the fewest pipeline stages; "
+    "for the others, or with ZeRO-3 stated, data parallelism alone where the batch allows, else the smallest tp; "
     "else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
     "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated, that is whole and ring CP of that size splits "
     "the sequence (seq_len divisible by 2 cp); else 1",
-    "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation)",
+    "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation); with pp > 1, "
+    "micro_batch x dp x 4 pp (a pipeline needs many more micro-batches than stages: its bubble (pp - 1) / "
+    "(vpp m) is then under a quarter, Narayanan et al. 2021)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
@@ -231,6 +248,31 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
                     and (kv_i is None or kv_i % d == 0 or d % kv_i == 0) and _stages_ok(split, int(rest[i]) // d)]
             if fits:
                 tp[i], pp[i] = float(fits[-1]), rest[i] / fits[-1]
+        # tp, pp and dp all blank: a layout the batch divides into, data parallelism alone for a sharded-data-
+        # parallel stack (ZeRO-3 stated, or a stack without Megatron's tensor parallelism), else tensor
+        # parallelism inside the NVLink domain first (as above), then the fewest pipeline stages
+        gpus_rest = gpus / cp
+        three = blank["tp"] & blank["pp"] & blank["dp"] & _whole(gpus_rest) & _whole(cp)
+        zero_col, fw = _num(out, "zero_stage"), _text(out, "framework")
+        mb_col = _num(out, "micro_batch")
+        gb_col = _num(out, "global_batch")
+        for i in np.flatnonzero(three & (gpus_rest <= SIZE_LIMITS["n_gpus"])):
+            n = int(gpus_rest[i])
+            cap = _tp_cap(str(gpu_names[i]), int(gpn[i]) if _whole(gpn[i]) else None)
+            heads_i = int(heads_col[i]) if _whole(heads_col[i]) else None
+            kv_i = int(kv_col[i]) if _whole(kv_col[i]) else heads_i
+            split = {"n_layers": int(layers_col[i]) if _whole(layers_col[i]) else None,
+                     "vpp": int(vpp_col[i]) if _whole(vpp_col[i]) else 1}
+            per_dp = (gb_col[i] / (mb_col[i] if _whole(mb_col[i]) else 1.0)) if _whole(gb_col[i]) else None
+            sizes = [d for d in range(1, min(cap, n) + 1)
+                     if n % d == 0 and (heads_i is None or heads_i % d == 0) and (kv_i is None or kv_i % d == 0)]
+            data_parallel_only = zero_col[i] == 3 or fw[i] not in TENSOR_PARALLEL_FIRST
+            for d in (sorted(sizes) if data_parallel_only else sorted(sizes, reverse=True)):
+                stages = [p for p in range(1, n // d + 1) if (n // d) % p == 0 and _stages_ok(split, p)
+                          and (per_dp is None or (per_dp % (n // d // p) == 0))]
+                if stages:
+                    tp[i], pp[i], dp[i] = float(d), float(stages[0]), float(n // d // stages[0])
+                    break
         tp[blank["tp"] & np.isnan(tp)] = 1.0
         pp[blank["pp"] & np.isnan(pp)] = 1.0
         q = gpus / (tp * pp * cp)
@@ -242,7 +284,10 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
         mb = np.where(_blank(df, "micro_batch"), 1.0, num("micro_batch"))
         gb = num("global_batch")
         fill = blank["global_batch"] & _whole(mb) & _whole(dp)
-        gb[fill] = (mb * dp)[fill]
+        # one micro-batch per step without pipelining; a pipeline runs 4 pp of them (the bubble
+        # (p - 1) / (v m) of Narayanan et al. 2021 stays under a quarter: m >> p, as pipelined runs do)
+        per_step = np.where(_whole(pp) & (pp > 1), 4.0 * pp, 1.0)
+        gb[fill] = (mb * dp * per_step)[fill]
     h = num("hidden_size")
     ffn = num("ffn_hidden_size")
     fill = blank["ffn_hidden_size"] & _whole(h)
@@ -400,7 +445,17 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         per_stage = gb / (dp * pp)
     stages_split = np.isin(framework, list(PP_MICROBATCHES_PER_STAGE)) & (pp > 1) & (per_stage >= 1) & (
         np.mod(per_stage, 1) == 0)
-    mb = np.where(np.isnan(mb_col), np.where(stages_split, per_stage, 1.0), mb_col)
+    zero = _num(df, "zero_stage")
+    zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
+                            np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
+    # ZeRO++ is a ZeRO-3 feature: a row that names its parts but not the stage ran stage 3
+    zero_default = np.where(np.array([bool(z) for z in zpp_sets]), 3.0, zero_default)
+    zero = np.where(np.isnan(zero), zero_default, zero)
+    # ZeRO-3 / FSDP without pipelining gathers the parameters every micro-batch: the local batch in one
+    with np.errstate(invalid="ignore", divide="ignore"):
+        local = gb / dp
+    sharded_whole = (zero >= 3) & (pp == 1) & (local >= 1) & (np.mod(local, 1) == 0)
+    mb = np.where(np.isnan(mb_col), np.where(stages_split, per_stage, np.where(sharded_whole, local, 1.0)), mb_col)
     heads = _num(df, "n_heads")
     kv = _num(df, "n_kv_heads")
     kv = np.where(np.isnan(kv), heads, kv)
@@ -426,12 +481,6 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     sp_col = _num(df, "sp")
     has_sp = np.isin(framework, list(SP_FRAMEWORKS))
     sp = np.where(np.isnan(sp_col), has_sp, sp_col > 0) & (tp > 1)
-    zero = _num(df, "zero_stage")
-    zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
-                            np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
-    # ZeRO++ is a ZeRO-3 feature: a row that names its parts but not the stage ran stage 3
-    zero_default = np.where(np.array([bool(z) for z in zpp_sets]), 3.0, zero_default)
-    zero = np.where(np.isnan(zero), zero_default, zero)
     mark(np.array([bool(z) for z in zpp_sets]) & (zero != 3), "invalid", "zeropp: requires zero_stage 3")
     rc_text = _text(df, "recompute")
     rc_text = np.where(np.isin(rc_text, list(NO_RECOMPUTE_WORDS)), "none", rc_text)

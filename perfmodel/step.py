@@ -60,7 +60,8 @@ STEP_INPUTS = (
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
     "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
-    "zero3_keep_params_with_pp", "pp_reduces_after_backward", "stack_parallel_block", "selective_alternate_mm", "sp_batch_copies", "pp_balances_head",
+    "zero3_keep_params_with_pp", "pp_reduces_after_backward", "stack_parallel_block", "selective_alternate_mm",
+    "sp_batch_copies", "pp_balances_head",
     "elementwise_passes_per_h", "mlp_activation_in_gemm", "flash_pads_misaligned_heads",
     # constants
     "attn_efficiency_max", "attn_fwd_speedup", "attn_bwd_speedup", "attn_seq_half", "attn_bwd_over_fwd",
@@ -447,7 +448,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
     # the last stage's interleaved warm-up is offloaded alike (the share alpha beyond one micro-batch's layers)
     last_layers = last_stage_in_flight_layers(mem_layers, pp, v, n_micro)
-    last_offloaded = f64["offload_fraction"] * np.maximum(last_layers - np.minimum(mem_layers, mem_layers * n_micro), 0.0)
+    last_resident = np.minimum(mem_layers, mem_layers * n_micro)
+    last_offloaded = f64["offload_fraction"] * np.maximum(last_layers - last_resident, 0.0)
     last_stage = act_layer * (last_layers - last_offloaded) + act_working + logits_bytes
     activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
     memory = {

@@ -73,13 +73,28 @@ def convention_flops_per_token(df: pd.DataFrame) -> np.ndarray:
     return np.select([conv == CONVENTION_EQ3, conv == CONVENTION_MODEL_X3_4], [eq3, 0.75 * eq3], model)
 
 
+def mfu_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
+    """tokens/s/GPU that a row's MFU stands for, under the definition ``pred_mfu`` uses (the same filled-in
+    shape): model FLOPs per token (``model_flops_per_token``, no recompute) over the GPU's dense 16-bit peak;
+    NaN where the row cannot be costed."""
+    inputs, status, _, _ = runs_to_inputs(df)
+    x = {k: np.asarray(v, dtype=float) for k, v in inputs.items()}
+    flops = model_flops_per_token(x["n_layers"], x["hidden_size"], x["ffn_hidden_size"], x["n_heads"],
+                                  x["n_kv_heads"], x["vocab_size"], x["mlp_matrices"], x["seq_len"], causal=False)
+    mfu = pd.to_numeric(df["mfu"], errors="coerce").to_numpy(dtype=float) if "mfu" in df else np.full(len(df), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.asarray(status) == "ok", mfu * x["bf16_peak_flop_per_s"] / flops, np.nan)
+
+
 def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
     """Ground truth for the error: measured (or source-derived) tokens/s/GPU; else from the
     iteration time; else, where TFLOP/s is all the source gives, TFLOP/s over its convention's
-    FLOPs per token."""
-    tok = pd.to_numeric(df.get("tokens_per_s_per_gpu"), errors="coerce").to_numpy(dtype=float)
-    it = pd.to_numeric(df.get("iteration_time_s"), errors="coerce").to_numpy(dtype=float)
-    tflops = pd.to_numeric(df.get("tflops_per_gpu"), errors="coerce").to_numpy(dtype=float)
+    FLOPs per token; else, where MFU is, MFU under ``pred_mfu``'s definition (``mfu_tokens_per_s_per_gpu``)."""
+    def measured(name):  # a column the CSV leaves out measures nothing
+        return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float) if name in df \
+            else np.full(len(df), np.nan)
+
+    tok, it, tflops = measured("tokens_per_s_per_gpu"), measured("iteration_time_s"), measured("tflops_per_gpu")
     gb = pd.to_numeric(df["global_batch"], errors="coerce").to_numpy(dtype=float)
     s = pd.to_numeric(df["seq_len"], errors="coerce").to_numpy(dtype=float)
     g = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float)
@@ -87,6 +102,8 @@ def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
         from_time = gb * s / it / g
         from_tflops = tflops * 1e12 / convention_flops_per_token(df)
     truth = np.where(np.isfinite(tok), tok, np.where(np.isfinite(from_time), from_time, from_tflops))
+    if "mfu" in df and np.any(~np.isfinite(truth) & pd.to_numeric(df["mfu"], errors="coerce").notna().to_numpy()):
+        truth = np.where(np.isfinite(truth), truth, mfu_tokens_per_s_per_gpu(df))
     # a measurement that is not a positive finite number cannot score a prediction
     return np.where(np.isfinite(truth) & (truth > 0), truth, np.nan)
 

@@ -294,5 +294,6 @@ def whatif(
     for col in (*INT_CONFIG_COLUMNS, "gpus_per_node"):  # whole numbers, blank (NA) where a point has none
         df[col] = df[col].astype("Int64")
     cal = calibration if calibration is not None else load_calibration(None)
-    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0, notes=job_notes(job, cluster, cal, model))
+    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0,
+                    notes=job_notes(job, cluster, cal, model))
     return df
