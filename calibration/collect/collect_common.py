@@ -3,7 +3,7 @@
 Each writer produces exactly what a ``perfmodel calibrate`` parser reads (REFERENCES.md §3):
 * ``write_gemm_csv``       -> ``--gemm``        (``perfmodel.calibrate.parsers.parse_gemm_csv``);
 * ``format_nccl_tests``    -> ``--nccl-tests``  (``parse_nccl_tests_all``);
-* ``write_attention_csv``  -> kernel-efficiency table (same columns as calibration/data/kernels.csv).
+* ``write_attention_csv``  -> kernel-efficiency table (shape and direction columns as in calibration/data/kernels.csv).
 Kineto traces are written by ``torch.profiler`` itself (profile_layer.py).
 
 No torch and no perfmodel import here, so the kit runs on a cluster where perfmodel is not

@@ -217,6 +217,9 @@ def _init_from_env(backend: str) -> None:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise SystemExit("collective_sweep.py: --backend nccl needs CUDA GPUs (none visible); use --backend gloo "
+                             "or --spawn N for a CPU dry run")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")

@@ -129,7 +129,7 @@ def _time_gemm(torch, m: int, n: int, k: int, dtype: str, device: str, warmup: i
 def run(args: argparse.Namespace) -> list[GemmRow]:
     import torch
 
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("gemm_sweep: --device cuda but torch sees no GPU (use --device cpu)")
     if args.quick:  # seconds on a laptop CPU: the tiny layer, a 2-point grid, 3 timed calls
         args.model, args.tokens, args.grid = ("none" if args.model == "none" else "tiny",

@@ -229,6 +229,13 @@ def run_calibration(
         inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "points": 0,
                        "kernels": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
         echo(f"trace {p}: kernel time by category (s) {cats}")
+        if summary.step_time_s:  # the ProfilerStep#N annotations: the step time the trace measured
+            steps = sorted(summary.step_time_s.items())
+            median_step = float(np.median([t for _, t in steps]))
+            inputs[-1].update(step_time_s={int(n): round(float(t), 6) for n, t in steps},
+                              median_step_time_s=round(median_step, 6))
+            echo(f"  {len(steps)} profiler steps (ProfilerStep#{steps[0][0]}..#{steps[-1][0]}): median "
+                 f"{median_step:.4f} s per step")
         refused.append(str(p))  # summarised and compared, nothing fitted
         if len(summary.nccl_collectives):
             by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()

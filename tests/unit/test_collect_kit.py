@@ -181,6 +181,16 @@ def test_several_ops_in_one_file_parse_as_separate_tables(tmp_path):
     assert all(t.n_ranks == 8 and t.n_nodes == 1 for t in tables)
 
 
+def test_a_file_name_in_the_preamble_does_not_name_the_tables(tmp_path):
+    """The kit's provenance line quotes its command, --out included: an output called sendrecv_perf.txt must
+    not label every block send_recv; each block's '# Collective test starting:' line names its collective."""
+    source = "# source: collective_sweep.py cmd=collective_sweep.py -e 4K --out scratch/sendrecv_perf.txt"
+    text = "".join(cc.format_nccl_tests(op, _rows(op, 8), ranks=_ranks(8), source=source) for op in OPS)
+    path = tmp_path / "sendrecv_perf.txt"
+    path.write_text(text)
+    assert [t.op for t in parse_nccl_tests_all(path)] == list(OPS)
+
+
 def test_bad_dtype_and_op_are_refused():
     with pytest.raises(ValueError, match="nccl-tests type name"):
         cc.format_nccl_tests("all_reduce", [], ranks=_ranks(2), dtype="bf16")

@@ -52,6 +52,7 @@ _OP_ALIASES: dict[str, Collective] = {
 _OPS = (r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broadcast|gather|"
         r"scatter|reduce)")
 _OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run or announced
+_ANNOUNCED_RE = re.compile(r"Collective test starting:\s*(\S+)", re.I)
 _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
 # '#  Rank %2d Group %2d Pid %6d on %10s device %2d [...] %s'; versions before the Group field (2.13 and
 # earlier) print '#   Rank %2d Pid %6d on %10s device %2d [0x%02x] %s'
@@ -203,8 +204,16 @@ def _is_extra(column: str) -> bool:
 
 
 def _op_from_text(text: str, pattern: re.Pattern = _OP_TEXT_RE) -> Collective | None:
-    m = pattern.search(text)
-    return _OP_ALIASES[m.group(1).lower().replace("_", "")] if m else None
+    """The collective a table's preamble names: its '# Collective test starting: X_perf' announcement, else
+    the ``*_perf`` name nearest the table (a path or command earlier in the preamble, e.g. an output file
+    called sendrecv_perf.txt, does not name this table)."""
+    announced = _ANNOUNCED_RE.findall(text)
+    if announced:
+        m = pattern.search(announced[-1])
+        if m:
+            return _OP_ALIASES[m.group(1).lower().replace("_", "")]
+    found = pattern.findall(text)
+    return _OP_ALIASES[found[-1].lower().replace("_", "")] if found else None
 
 
 def _size_over_count(rows: pd.DataFrame) -> Fraction | None:
