@@ -279,8 +279,12 @@ def estimate(
 ) -> Estimate:
     """Predict one training step. Raises InputError if the configuration breaks a rule.
     ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node). A ``job`` whose
-    precision was left out trains in the GPU's default (``JobSpec.for_gpu``)."""
+    precision was left out trains in the GPU's default (``JobSpec.for_gpu``); a ``parallel`` that does not
+    state its ZeRO stage runs the stack's default (``rules.default_zero_stage``: 3 under torchtitan's FSDP,
+    else 1), as the CLI and a fixed what-if do."""
     job = job.for_gpu(cluster.gpu)
+    if "zero_stage" not in parallel.model_fields_set:
+        parallel = parallel.model_copy(update={"zero_stage": rules.default_zero_stage(job.framework)})
     check_config(model, cluster, parallel, job)
     cal = calibration if calibration is not None else load_calibration(None)
     inputs = build_inputs(model, cluster, parallel, job, cal, hpz_partition_size)

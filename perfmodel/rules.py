@@ -79,6 +79,9 @@ TORCH_PIPELINING = frozenset({"torchtitan"})
 #: stacks with ZeRO++ (DeepSpeed's zero_quantized_weights / zero_hpz_partition_size /
 #: zero_quantized_gradients): DeepSpeed and the stacks that train through its engine
 ZEROPP_STACKS = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox"})
+#: the named stacks without it (a job that names no stack, or one perfmodel has no profile for, may cost
+#: ZeRO++ as a what-if)
+NO_ZEROPP_STACKS = frozenset(name for name in PROFILES if name != "generic") - ZEROPP_STACKS
 #: stacks whose data parallelism without sharding (DDP) does not compose with other parallelism:
 #: torchtitan raises "DDP has not supported > 1D parallelism" (models/llama3/infra/parallelize.py), and
 #: with cp > 1 it shards anyway (parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled)
@@ -310,7 +313,7 @@ ULYSSES_SP = Rule(33, "sp", "must be off with cp_kind ulysses in this framework 
                   lambda x: (x["sp"] == 1) & (x["cp"] > 1) & (x["cp_ulysses"] == 1) & _framework_in(x, ULYSSES_NO_SP),
                   ("sp", "cp", "framework"))
 ZEROPP_STACK = Rule(34, "zeropp", "needs a framework with ZeRO++ (DeepSpeed's engine)",
-                    lambda x: _zeropp_on(x) & np.logical_not(_framework_in(x, ZEROPP_STACKS)), ("framework",))
+                    lambda x: _zeropp_on(x) & _framework_in(x, NO_ZEROPP_STACKS), ("framework",))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),

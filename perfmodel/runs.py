@@ -19,7 +19,7 @@ from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.rules import PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO_0_3_ONLY
+from perfmodel.rules import KV_HEADS_PER_RANK, PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO23_NO_PP, ZERO_0_3_ONLY
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
@@ -95,18 +95,21 @@ DEFAULTS_DOC = {
     "to a multiple of 256 (4096 -> 11008)",
     "tp, pp, dp": "where one of them is blank and the GPU count is stated, n_gpus over the other two and cp (when "
     "whole); tp and pp both blank with dp stated: tp the largest size, at most 8 and within the NVLink domain, "
-    "that divides n_gpus / (dp x cp) and n_heads and that n_kv_heads divides or is a multiple of, pp the rest "
+    "that divides n_gpus / (dp x cp) and n_heads and n_kv_heads (a multiple of n_kv_heads too for a stack not "
+    "named in the schema, which may replicate them), pp the rest "
     "(a split estimate accepts: pp divides n_layers or n_layers + 2, and the stated vpp each stage's layers); "
     "tp, pp and dp all blank: the first layout whose data-parallel size divides the batch (global_batch / "
     "micro_batch): for the Megatron family (Megatron-LM, NeMo, Megatron-Bridge, MegaScale, Megatron-Kwai, Meta's "
     "stack, Megatron-DeepSpeed, GPT-NeoX, nanotron) tp the largest size as above and the fewest pipeline stages; "
-    "for the others, or with ZeRO-3 stated, data parallelism alone where the batch allows, else the smallest tp; "
+    "for the others, or with ZeRO-3 stated, data parallelism alone where the batch allows, else the smallest tp "
+    "and pipeline stages only where the stack runs them with its ZeRO stage; "
     "else tp and pp 1 and dp = n_gpus / (tp x pp x cp); n_gpus blank: tp x pp x dp x cp",
     "cp": "n_gpus / (tp x pp x dp) where tp, pp and dp are stated, that is whole and ring CP of that size splits "
     "the sequence (seq_len divisible by 2 cp); else 1",
     "global_batch": "micro_batch x dp: one micro-batch per step (no gradient accumulation); with pp > 1, "
     "micro_batch x dp x 4 pp (a pipeline needs many more micro-batches than stages: its bubble (pp - 1) / "
-    "(vpp m) is then under a quarter, Narayanan et al. 2021)",
+    "(vpp m) is then under a quarter, Narayanan et al. 2021; torchtitan then splits that local batch into "
+    "its default pp micro-batches, see micro_batch)",
     "cp variant / activation offload": "not in the schema: ring context parallelism, no offloading",
     "recompute for megatron-kwai": "'selective' is Kuaishou's balanced checkpointing (norms + MLP activation)",
 }
@@ -229,49 +232,37 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
             fill = blank[name] & ~blank["n_gpus"] & known & _whole(q)
             x[fill] = q[fill]
         # tp and pp both blank, dp stated: tensor parallelism inside the NVLink domain first (the largest
-        # size, at most 8, that divides the GPUs left and the head count and that the key/value head count
-        # divides or is a multiple of), the rest in pipeline stages that split the layers as estimate accepts
+        # size, at most 8, that divides the GPUs left and the head count and keeps whole key/value heads on a
+        # rank), the rest in pipeline stages that split the layers as estimate accepts
         rest = gpus / (dp * cp)
         two = blank["tp"] & blank["pp"] & np.isnan(tp) & np.isnan(pp) & _whole(rest) & _whole(dp) & _whole(cp)
-        gpn, gpu_names = _num(out, "gpus_per_node"), _text(out, "gpu")
-        heads_col, kv_col, layers_col = _num(out, "n_heads"), _num(out, "n_kv_heads"), _num(out, "n_layers")
-        vpp_col = _num(out, "vpp")
         for i in np.flatnonzero(two & (rest <= SIZE_LIMITS["n_gpus"])):
-            cap = _tp_cap(str(gpu_names[i]), int(gpn[i]) if _whole(gpn[i]) else None)
-            heads_i = int(heads_col[i]) if _whole(heads_col[i]) else None
-            kv_i = int(kv_col[i]) if _whole(kv_col[i]) else heads_i
-            # the stage split estimate accepts (perfmodel.rules PP_LAYERS, VPP_LAYERS with a stated vpp)
-            split = {"n_layers": int(layers_col[i]) if _whole(layers_col[i]) else None,
-                     "vpp": int(vpp_col[i]) if _whole(vpp_col[i]) else 1}
-            fits = [d for d in range(1, min(cap, int(rest[i])) + 1)
-                    if rest[i] % d == 0 and (heads_i is None or heads_i % d == 0)
-                    and (kv_i is None or kv_i % d == 0 or d % kv_i == 0) and _stages_ok(split, int(rest[i]) // d)]
-            if fits:
-                tp[i], pp[i] = float(fits[-1]), rest[i] / fits[-1]
-        # tp, pp and dp all blank: a layout the batch divides into, data parallelism alone for a sharded-data-
-        # parallel stack (ZeRO-3 stated, or a stack without Megatron's tensor parallelism), else tensor
-        # parallelism inside the NVLink domain first (as above), then the fewest pipeline stages
+            sizes = [d for d in _tp_sizes(out, i, int(rest[i])) if _stages_ok(_split(out, i), int(rest[i]) // d)]
+            if sizes:
+                tp[i], pp[i] = float(sizes[-1]), rest[i] / sizes[-1]
+        # tp, pp and dp all blank: a layout whose data-parallel size divides the batch (global_batch /
+        # micro_batch). The Megatron family: tp as above, the largest first, then the fewest pipeline stages;
+        # the others (or ZeRO-3 stated): data parallelism alone where the batch allows, else the smallest tp,
+        # and pipeline stages only where the stack composes them with its ZeRO stage
         gpus_rest = gpus / cp
         three = blank["tp"] & blank["pp"] & blank["dp"] & _whole(gpus_rest) & _whole(cp)
         zero_col, fw = _num(out, "zero_stage"), _text(out, "framework")
-        mb_col = _num(out, "micro_batch")
-        gb_col = _num(out, "global_batch")
+        mb_col, gb_col = _num(out, "micro_batch"), _num(out, "global_batch")
         for i in np.flatnonzero(three & (gpus_rest <= SIZE_LIMITS["n_gpus"])):
             n = int(gpus_rest[i])
-            cap = _tp_cap(str(gpu_names[i]), int(gpn[i]) if _whole(gpn[i]) else None)
-            heads_i = int(heads_col[i]) if _whole(heads_col[i]) else None
-            kv_i = int(kv_col[i]) if _whole(kv_col[i]) else heads_i
-            split = {"n_layers": int(layers_col[i]) if _whole(layers_col[i]) else None,
-                     "vpp": int(vpp_col[i]) if _whole(vpp_col[i]) else 1}
             per_dp = (gb_col[i] / (mb_col[i] if _whole(mb_col[i]) else 1.0)) if _whole(gb_col[i]) else None
-            sizes = [d for d in range(1, min(cap, n) + 1)
-                     if n % d == 0 and (heads_i is None or heads_i % d == 0) and (kv_i is None or kv_i % d == 0)]
-            data_parallel_only = zero_col[i] == 3 or fw[i] not in TENSOR_PARALLEL_FIRST
-            for d in (sorted(sizes) if data_parallel_only else sorted(sizes, reverse=True)):
-                stages = [p for p in range(1, n // d + 1) if (n // d) % p == 0 and _stages_ok(split, p)
-                          and (per_dp is None or (per_dp % (n // d // p) == 0))]
-                if stages:
-                    tp[i], pp[i], dp[i] = float(d), float(stages[0]), float(n // d // stages[0])
+            split = _split(out, i)
+            sizes = _tp_sizes(out, i, n)
+            data_first = zero_col[i] == 3 or fw[i] not in TENSOR_PARALLEL_FIRST
+            no_pp = data_first and fw[i] in ZERO23_NO_PP and (zero_col[i] >= 2 or fw[i] in FSDP_DEFAULT)
+            stages = [p for p in range(1, n + 1) if n % p == 0]  # n <= the GPU limit: a short loop
+            order = ([(d, p) for p in stages for d in sizes] if data_first
+                     else [(d, p) for d in reversed(sizes) for p in stages])
+            for d, p in order:
+                if (n // d) % p or (p > 1 and no_pp) or not _stages_ok(split, p):
+                    continue
+                if per_dp is None or per_dp % (n // d // p) == 0:
+                    tp[i], pp[i], dp[i] = float(d), float(p), float(n // d // p)
                     break
         tp[blank["tp"] & np.isnan(tp)] = 1.0
         pp[blank["pp"] & np.isnan(pp)] = 1.0
@@ -301,6 +292,28 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
                     ("ffn_hidden_size", ffn), ("n_heads", heads)):
         out[name] = np.where(blank[name], x, df[name].to_numpy(dtype=object) if name in df else x)
     return out
+
+
+def _split(df: pd.DataFrame, i: int) -> dict:
+    """Row ``i``'s layer count and stated vpp: what a pipeline split must respect (``_stages_ok``)."""
+    layers, vpp = _num(df, "n_layers")[i], _num(df, "vpp")[i]
+    return {"n_layers": int(layers) if _whole(layers) else None, "vpp": int(vpp) if _whole(vpp) else 1}
+
+
+def _tp_sizes(df: pd.DataFrame, i: int, gpus: int) -> list[int]:
+    """Tensor-parallel sizes row ``i`` can take, ascending: at most 8 and within its NVLink domain, dividing
+    ``gpus`` and its head count, and keeping whole key/value heads on a rank (every named stack needs it,
+    ``rules.TP_KV_STACK``; a generic one may replicate them: tp a multiple of the key/value heads)."""
+    gpn = _num(df, "gpus_per_node")[i]
+    cap = _tp_cap(str(_text(df, "gpu")[i]), int(gpn) if _whole(gpn) else None)
+    heads = _num(df, "n_heads")[i]
+    heads = int(heads) if _whole(heads) else None
+    kv = _num(df, "n_kv_heads")[i]
+    kv = int(kv) if _whole(kv) else heads
+    replicate = _text(df, "framework")[i] not in KV_HEADS_PER_RANK
+    return [d for d in range(1, min(cap, gpus) + 1)
+            if gpus % d == 0 and (heads is None or heads % d == 0)
+            and (kv is None or kv % d == 0 or (replicate and d % kv == 0))]
 
 
 def _stages_ok(split: dict, pp: int) -> bool:

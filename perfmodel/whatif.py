@@ -39,7 +39,7 @@ from perfmodel.errors import InputError, from_validation_error
 from perfmodel.estimate import build_inputs, check_config, check_precision, config_arrays
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.notes import capability_notes_many, job_notes
-from perfmodel.rules import HPZ_NODES, default_zero_stage
+from perfmodel.rules import HPZ_NODES, ZEROPP_STACK, default_zero_stage
 from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
@@ -231,8 +231,9 @@ def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zp
         best = best[best["zeropp"] == ZEROPP_ALL]
     if not considered.any():
         why = "no structurally valid configuration" + (f" with {ZEROPP_ALL} on ZeRO-3" if zpp else "")
-        if zpp and HPZ_NODES.reason in res.rejected:
-            why += f" ({HPZ_NODES.reason})"
+        for rule in (HPZ_NODES, ZEROPP_STACK):
+            if zpp and rule.reason in res.rejected:
+                why += f" ({rule.reason})"
         return {"status": "invalid", "reason": why}
     if best.empty:
         return {"status": "no fit", "reason": f"none of {int(considered.sum()):,} configurations fits "

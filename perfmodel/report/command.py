@@ -46,7 +46,8 @@ def report(
     from pydantic import ValidationError
 
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail, framework_note
+    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.notes import job_notes
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.report import collect, write_report
 
@@ -87,9 +88,8 @@ def report(
     best = data.top_candidates.iloc[0]
     typer.echo(f"best: tp={best.tp} pp={best.pp} dp={best.dp} cp={best.cp} vpp={best.vpp} mb={best.micro_batch} "
                f"at {best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {best.mfu:.1%}")
-    note = framework_note(framework, data.calibration)
-    if note:
-        typer.echo(note)
+    for note in job_notes(job, cluster, data.calibration, spec):
+        typer.echo(f"note: {note}")
     typer.echo(f"wrote {files.html}")
     for path in [*files.pngs.values(), files.candidates_csv, files.scaling_csv, files.runs_csv]:
         if path is not None:

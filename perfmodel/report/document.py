@@ -41,12 +41,16 @@ def _scaling_rows(data: ReportData) -> list[tuple]:
 
 
 def _search_note(data: ReportData) -> str:
+    from perfmodel.notes import job_notes
+
     res = data.result
     reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
     why = "; ".join(f"{k} ({v:,})" for k, v in reasons)
-    return (f"Searched {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s; "
+    text = (f"Searched {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s; "
             f"{res.n_feasible:,} fit in memory. Most rejected: {why}." if why else
             f"Searched {res.n_evaluated:,} configurations; {res.n_feasible:,} fit in memory.")
+    notes = job_notes(data.job, data.cluster, data.calibration, data.model)
+    return text + "".join(f" Note: {n}." if not n.endswith(".") else f" Note: {n}" for n in notes)
 
 
 def _runs_section(data: ReportData, images: dict[str, bytes]) -> str:

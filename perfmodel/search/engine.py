@@ -229,7 +229,7 @@ def run_search(
     clusters = [cluster] if not gpu_counts else [_cluster_with(cluster, g) for g in counts]
     spaces: list[tuple[ClusterSpec, Space]] = [(c, enumerate_space(model, c, job)) for c in clusters]
     if zeropp:
-        spaces = [(c, expand_zeropp(sp, c)) for c, sp in spaces]
+        spaces = [(c, expand_zeropp(sp, c, job.framework)) for c, sp in spaces]
     total = sum(sp.size for _, sp in spaces)
     bar = _Progress(total, progress)
     evaluated: list[Evaluated] = []

@@ -197,9 +197,10 @@ def zeropp_names(configs: dict[str, np.ndarray]) -> np.ndarray:
         if n else np.empty(0, dtype=object)
 
 
-def expand_zeropp(space: Space, cluster: ClusterSpec) -> Space:
+def expand_zeropp(space: Space, cluster: ClusterSpec, framework: str | None = None) -> Space:
     """Every ZeRO-3 configuration of ``space`` times the 8 on/off combinations of qwZ, hpZ, qgZ;
-    other stages keep them off. A rejected combination is counted under its reason."""
+    other stages keep them off. A rejected combination is counted under its reason: hpZ without whole
+    nodes, or any part under a stack without ZeRO++ (``rules.ZEROPP_STACK``)."""
     c = space.configs
     z3 = c["zero_stage"] == 3
     base = {k: v[~z3] for k, v in c.items()}
@@ -212,6 +213,11 @@ def expand_zeropp(space: Space, cluster: ClusterSpec) -> Space:
     rejected = dict(space.rejected)
     if bad.any():
         rejected[rules.HPZ_NODES.reason] = rejected.get(rules.HPZ_NODES.reason, 0) + int(bad.sum())
+    stack = np.asarray(rules.ZEROPP_STACK.broken({**grid, "framework": (framework or "").strip().lower()}), dtype=bool)
+    stack = np.broadcast_to(stack, bad.shape) & ~bad
+    if stack.any():
+        rejected[rules.ZEROPP_STACK.reason] = rejected.get(rules.ZEROPP_STACK.reason, 0) + int(stack.sum())
+    bad = bad | stack
     grid = _keep(grid, ~bad)
     configs = {k: np.concatenate([base[k], grid[k]]) for k in base}
     return Space(n_gpus=space.n_gpus, configs=configs, rejected=rejected)

@@ -324,3 +324,17 @@ def test_a_row_with_only_its_mfu_is_scored():
     pred = predict_runs(df).iloc[0]
     assert np.isfinite(truth)
     assert pred.pred_tokens_per_s_per_gpu / truth == pytest.approx(pred.pred_mfu / 0.45, rel=1e-9)
+
+
+def test_a_blank_layout_keeps_to_what_the_stack_runs():
+    """Data parallelism first for DeepSpeed: a pipeline only where its ZeRO stage composes with one (never with
+    ZeRO-3), so 8 sequences on 16 GPUs take tp 2 rather than pp 2; the Megatron family keeps whole key/value
+    heads on a TP rank (multi-query: tp 1), as rules.TP_KV_STACK asks."""
+    base = dict(n_layers=32, hidden_size=4096, ffn_hidden_size=16384, n_heads=32, n_gpus=16, tp=np.nan, pp=np.nan,
+                dp=np.nan, micro_batch=np.nan, global_batch=8)
+    inputs, status, reason = _inputs(**dict(base, framework="deepspeed", zero_stage=3))
+    assert status == "ok", reason
+    assert inputs["pp"][0] == 1.0 and inputs["tp"][0] * inputs["dp"][0] == 16 and 8 % inputs["dp"][0] == 0
+    inputs, status, reason = _inputs(**dict(base, framework="megatron-lm", n_kv_heads=1, dp=2))
+    assert status == "ok", reason
+    assert inputs["tp"][0] == 1.0 and inputs["pp"][0] == 8.0

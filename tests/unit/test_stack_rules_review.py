@@ -255,3 +255,41 @@ def test_megascale_builds_parallel_blocks():
         return pm.estimate(model, cluster, par, job).time_breakdown_s["tp_comm_s"]
 
     assert tp_s("megascale") == pytest.approx(0.75 * tp_s("nemo"), rel=1e-9)
+
+
+def test_a_zeropp_what_if_of_a_stack_without_it_is_invalid():
+    """whatif's best mode is recommend's search: ZeRO++ on under megatron-lm finds nothing (rule 34)."""
+    res = runner.invoke(app, ["whatif", "--model", "llama2-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "64",
+                              "--global-batch", "512", "--vary", "zeropp_on=on,off", "--framework", "megatron-lm",
+                              "--json"])
+    import json
+
+    points = json.loads(res.stdout)["points"]
+    on = [p for p in points if p.get("zeropp_on") in (True, "on")]
+    assert on and all(p["status"] == "invalid" and "ZeRO++" in p["reason"] for p in on)
+
+
+def test_the_api_estimate_runs_the_stacks_default_zero_stage():
+    model = pm.load_model("llama2-7b")
+    cluster = pm.ClusterSpec.build(GPU, 16, 8)
+    job = pm.JobSpec(global_batch=64, seq_len=4096, framework="torchtitan")
+    est = pm.estimate(model, cluster, pm.ParallelSpec(tp=2, dp=8), job)
+    assert est.config["zero_stage"] == 3 and not est.notes
+    assert pm.estimate(model, cluster, pm.ParallelSpec(tp=2, dp=8, zero_stage=1), job).notes  # stated: kept, noted
+    nemo = job.model_copy(update={"framework": "nemo"})
+    assert pm.estimate(model, cluster, pm.ParallelSpec(tp=2, dp=8), nemo).config["zero_stage"] == 1
+
+
+def test_report_prints_the_models_notes(tmp_path):
+    import json
+
+    cfg = {"model_type": "mistral", "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 3584,
+           "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 8, "sliding_window": 1024,
+           "tie_word_embeddings": False, "vocab_size": 32000}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    res = runner.invoke(app, ["report", "--model", str(path), "--gpu", "h100-sxm5-80gb", "--gpus", "8",
+                              "--global-batch", "8", "--seq-len", "4096", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "sliding_window" in res.output
+    assert "sliding_window" in next((tmp_path / "r").glob("*.html")).read_text()

@@ -97,8 +97,11 @@ def test_zeropp_on_uses_zero3_with_all_parts():
     on_par = par.model_copy(update={"dp": 32, "zeropp": frozenset({"qwz", "hpz", "qgz"})})
     est = pm.estimate(MODEL, CLUSTER, on_par, JOB)
     assert on["tokens_per_s_per_gpu"] == pytest.approx(est.tokens_per_s_per_gpu, rel=1e-12)
-    best = pm.whatif(MODEL, CLUSTER, JOB, {"zeropp_on": [True]})
+    # best mode is the search: ZeRO++ where the stack has it (DeepSpeed), invalid under Megatron-LM (rule 34)
+    ds = JOB.model_copy(update={"framework": "deepspeed"})
+    best = pm.whatif(MODEL, CLUSTER, ds, {"zeropp_on": [True]})
     assert best["zero_stage"].iloc[0] == 3 and best["zeropp"].iloc[0] == "qwz,hpz,qgz"
+    assert pm.whatif(MODEL, CLUSTER, JOB, {"zeropp_on": [True]})["status"].iloc[0] == "invalid"
 
 
 def test_calibration_and_job_variables(tmp_path):
