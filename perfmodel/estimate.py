@@ -39,7 +39,7 @@ def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job
         "tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp, "vpp": par.vpp, "micro_batch": par.micro_batch,
         "sp": int(par.sp), "zero_stage": par.zero_stage, "recompute": RECOMPUTE_CODES[par.recompute],
         "cp_ulysses": int(par.cp_kind == "ulysses"), "offload_fraction": par.offload_fraction,
-        "hpz": int("hpz" in par.zeropp),
+        "qwz": int("qwz" in par.zeropp), "hpz": int("hpz" in par.zeropp), "qgz": int("qgz" in par.zeropp),
     }
 
 

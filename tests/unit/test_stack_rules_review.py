@@ -143,6 +143,9 @@ def test_zeropp_is_deepspeeds():
             "--zero-stage", "3", "--zeropp", "qwz,hpz,qgz"]
     assert "cannot run this configuration" in runner.invoke(app, args + ["--framework", "megatron-lm"]).output
     assert "cannot run this configuration" not in runner.invoke(app, args + ["--framework", "deepspeed"]).output
+    for part in ("qwz", "qgz"):  # each part alone is ZeRO++ too (not only hpZ)
+        alone = [a if a != "qwz,hpz,qgz" else part for a in args]
+        assert "cannot run this configuration" in runner.invoke(app, alone + ["--framework", "megatron-lm"]).output
 
 
 def test_megatron_core_cp_splits_the_sequence_in_2cp_chunks_for_a2a_too():
