@@ -59,8 +59,9 @@ def layer_activation_bytes(
     selective_alternate_mm=0.0,
 ):
     """(kept, working): the bytes of activations one layer keeps for backward, for one micro-batch on
-    one GPU, and, under full recompute, the whole layer's activations its backward re-materialises
-    (0 under the other modes).
+    one GPU, and what its backward re-materialises: under full recompute the whole layer's activations,
+    under Korthikanti's selective recompute the attention core it drops (the s x s scores of non-flash
+    attention), 0 under the other modes.
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
     attention scores of non-flash attention; ``quantized_inputs`` (0/1): linear-layer inputs are
@@ -80,6 +81,7 @@ def layer_activation_bytes(
         4.0 * n_heads * s * micro_batch,
         (2.0 + 3.0 * dropout) * n_heads * s * s_kv * micro_batch,
     )
+    core = scores  # what selective recompute drops and re-materialises in one layer's backward
     scores = np.where(recompute == RECOMPUTE_SELECTIVE, 0.0, scores)
     balanced = recompute == RECOMPUTE_BALANCED
     unsplit = unsplit - np.where(balanced, 4.0 * sbh / sp_div, 0.0)
@@ -95,8 +97,10 @@ def layer_activation_bytes(
         full = np.where(alt & (recompute == RECOMPUTE_SELECTIVE), selective_alternate_mm_bytes(
             s, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices, tp, sp), full)
     is_full = recompute == RECOMPUTE_FULL
+    reruns_core = (recompute == RECOMPUTE_SELECTIVE) & ~alt
     # under full recompute ``full`` is the no-recompute layer (neither selective nor balanced applies)
-    return np.where(is_full, 2.0 * sbh / sp_div, full), np.where(is_full, full, 0.0)
+    working = np.where(is_full, full, np.where(reruns_core, core / tp, 0.0))
+    return np.where(is_full, 2.0 * sbh / sp_div, full), working
 
 
 def selective_alternate_mm_bytes(seq_len, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads,
