@@ -102,8 +102,11 @@ def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
         from_time = gb * s / it / g
         from_tflops = tflops * 1e12 / convention_flops_per_token(df)
     truth = np.where(np.isfinite(tok), tok, np.where(np.isfinite(from_time), from_time, from_tflops))
-    if "mfu" in df and np.any(~np.isfinite(truth) & pd.to_numeric(df["mfu"], errors="coerce").notna().to_numpy()):
-        truth = np.where(np.isfinite(truth), truth, mfu_tokens_per_s_per_gpu(df))
+    only_mfu = ~np.isfinite(truth) & (pd.to_numeric(df["mfu"], errors="coerce").notna().to_numpy()
+                                      if "mfu" in df else False)
+    if np.any(only_mfu):  # the rows whose MFU is all they measure (their inputs filled once more, for them only)
+        truth = truth.copy()
+        truth[only_mfu] = mfu_tokens_per_s_per_gpu(df[only_mfu])
     # a measurement that is not a positive finite number cannot score a prediction
     return np.where(np.isfinite(truth) & (truth > 0), truth, np.nan)
 
