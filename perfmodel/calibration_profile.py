@@ -40,6 +40,9 @@ SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
 #: what a stack takes from the calibration of the stack it is built on (FrameworkProfile.calibration_from):
 #: the kernels' efficiency, not the overheads and overlaps of its own schedule
 FRAMEWORK_SIBLING_KEYS = frozenset({"kernel_efficiency"})
+#: what a stack takes from the calibration of the stack whose ZeRO-3 engine it trains through
+#: (FrameworkProfile.zero3_engine): that engine's fitted overlap and per-step latency
+ZERO3_ENGINE_KEYS = frozenset({"zero3_overlap", "zero3_step_latency_s"})
 #: a GPU's own value of a shared constant: its NVLink efficiency, which an nccl-tests calibration without
 #: --network fits for the GPU it ran on (other GPUs' NVLink is another generation); a fabric's own value wins
 GPU_CONSTANT_KEYS = frozenset({"nvlink_efficiency"})
@@ -84,11 +87,20 @@ class Calibration(BaseModel):
         return {k: v for k, v in self.frameworks.get(sibling or "", {}).items()
                 if k in FRAMEWORK_SIBLING_KEYS and k not in own}
 
+    def engine_zero3(self, name: str | None) -> dict[str, float]:
+        """A stack's ZeRO-3 values fitted for the engine it trains through (FrameworkProfile.zero3_engine),
+        where this calibration fits none for the stack itself."""
+        key = (name or "generic").strip().lower()
+        engine = framework_profile(key).zero3_engine
+        own = self.frameworks.get(key, {}) if key in PROFILES else {}
+        return {k: v for k, v in self.frameworks.get(engine or "", {}).items()
+                if k in ZERO3_ENGINE_KEYS and k not in own}
+
     def framework(self, name: str | None) -> FrameworkProfile:
         base = framework_profile(name)
         key = (name or "generic").strip().lower()
         key = key if key in PROFILES else "generic"
-        over = {**self.borrowed(key), **self.frameworks.get(key, {})}
+        over = {**self.borrowed(key), **self.engine_zero3(key), **self.frameworks.get(key, {})}
         return base.model_copy(update=over) if over else base
 
     def congestion_nodes(self, network: str | None) -> float:

@@ -131,11 +131,20 @@ class FrameworkProfile(BaseModel):
     )
     runtime_reserved_gib: float = Field(
         3.0, ge=0, le=1e4, allow_inf_nan=False, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
+    zero3_engine: str | None = Field(
+        None, description="The stack whose ZeRO-3 engine this one trains through: its zero3_overlap and "
+        "zero3_step_latency_s, as a calibration fits them there, are this one's too (the same stage-3 code).")
     calibration_from: str | None = Field(
         None, description="The stack this one is built on: where a calibration fits no kernel_efficiency for this "
         "one, it runs at that stack's fitted value (the same kernels), not at the uncalibrated 1.0.")
     source: str = ""
 
+
+#: DeepSpeed's stage-3 engine (deepspeed/runtime/zero/stage3.py, partitioned_param_coordinator.py), which
+#: Megatron-DeepSpeed and GPT-NeoX train through: prefetch and overlap_comm hide little of the per-parameter
+#: gathers (zero3_overlap and zero3_step_latency_s fitted on the 16 ZeRO-3/ZeRO++ pairs of
+#: shared/data/runs/zeropp_pairs.csv, benchmarks/zeropp_whatif.py --fit), stage3_max_live_parameters 1e9
+_DEEPSPEED_ZERO3 = dict(zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9)
 
 _MEGATRON_TE = dict(
     tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5, flash_pads_misaligned_heads=False,
@@ -162,7 +171,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megatron-kwai": FrameworkProfile(**_MEGATRON_TE),
     "megatron-deepspeed": FrameworkProfile(
         flash_attention=False, tp_overlap=0.0, dp_overlap=0.0, fp16_grads_in_param_dtype=True,
-        bf16_zero1_all_reduce_grads=True,
+        bf16_zero1_all_reduce_grads=True, zero3_engine="deepspeed", **_DEEPSPEED_ZERO3,
         source="Megatron-DeepSpeed (BLOOM era): fused softmax, no flash attention; ZeRO-0/1 gradients reduced after "
         "the last backward, not overlapped (DeepSpeed's pipeline schedule ends with ReduceGrads and OptimizerStep, "
         "runtime/pipe/schedule.py TrainSchedule; without pipelining DeepSpeedEngine.backward all-reduces at the "
@@ -171,7 +180,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     ),
     "deepspeed": FrameworkProfile(
         flash_attention=False, dp_overlap=0.7, param_gather_overlap=0.7, grad_bytes_per_param=2.0,
-        zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9, pp_reduces_after_backward=True,
+        **_DEEPSPEED_ZERO3, pp_reduces_after_backward=True,
         source="DeepSpeed ZeRO: overlap_comm, fp16 gradients; zero3_overlap and zero3_step_latency_s fitted "
         "(least_squares, soft_l1) on the 16 ZeRO-3/ZeRO++ pairs of shared/data/runs/zeropp_pairs.csv "
         "(benchmarks/zeropp_whatif.py --fit)",
@@ -179,6 +188,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "oneflow": FrameworkProfile(flash_attention=False, dp_overlap=0.5, source="OneFlow GPT (2021)"),
     "gpt-neox": FrameworkProfile(flash_attention=False, dp_overlap=0.0, fp16_grads_in_param_dtype=True,
                                  bf16_zero1_all_reduce_grads=True, calibration_from="megatron-deepspeed",
+                                 zero3_engine="deepspeed", **_DEEPSPEED_ZERO3,
                                  source="GPT-NeoX (Black et al. 2022, arXiv 2204.06745: 'a codebase built on Megatron and "
                                  "DeepSpeed'): Megatron's fused kernels, DeepSpeed's pipeline engine (its schedule ends "
                                  "with ReduceGrads: the gradient reduction is not overlapped, as in Megatron-DeepSpeed) and "

@@ -83,8 +83,10 @@ ZEROPP_STACKS = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox"})
 #: ZeRO++ as a what-if)
 NO_ZEROPP_STACKS = frozenset(name for name in PROFILES if name != "generic") - ZEROPP_STACKS
 #: stacks whose data parallelism without sharding (DDP) does not compose with other parallelism:
-#: torchtitan raises "DDP has not supported > 1D parallelism" (models/llama3/infra/parallelize.py), and
-#: with cp > 1 it shards anyway (parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled)
+#: torchtitan raises "DDP has not supported > 1D parallelism" where dp_replicate > 1 on a mesh of more
+#: than one dimension (models/llama3/infra/parallelize.py), and with cp > 1 it shards anyway
+#: (parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled); with dp = cp = 1 (pure TP / PP)
+#: neither DDP nor FSDP is applied, which is zero_stage 0
 DDP_1D_ONLY = frozenset({"torchtitan"})
 #: stacks whose tensor parallelism needs whole key/value heads per rank: Megatron-Core's TransformerConfig
 #: ("num_query_groups ... must be a multiple of tensor_model_parallel_size"), nanotron's attention
@@ -95,6 +97,12 @@ KV_HEADS_PER_RANK = frozenset(name for name in PROFILES if name != "generic")
 #: asserts "sequence_parallel_size > 1 enables DeepSpeed's sequence parallel, which is not compatible with
 #: Megatron-LM's sequence parallel" (megatron/initialize.py)
 ULYSSES_NO_SP = frozenset({"megatron-deepspeed"})
+
+#: stacks whose pipeline is DeepSpeed's PipelineEngine, whose process grid has pipe, data and model axes only
+#: (deepspeed/runtime/pipe/topology.py PipeModelDataParallelTopology): Ulysses ranks would count as data
+#: ranks there (train_batch_size and the gradient reduction over the grid's data groups), so DeepSpeed-Ulysses
+#: runs without pipelining (DeepSpeed issue #4645, "Why can't Pipeline Parallelism do sequence parallel?", open)
+ULYSSES_NO_PP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox"})
 
 #: stacks whose tensor parallelism is DeepSpeed's AutoTP (DeepSpeed without Megatron): it shards the linear
 #: layers only, with ZeRO stage 0, 1 or 2 (deepspeed.ai/tutorials/autotp-training: "ZeRO Optimization ...
@@ -301,10 +309,10 @@ AUTOTP_ZERO3 = Rule(29, "zero_stage", "must be 0, 1 or 2 with tp > 1 in this fra
 AUTOTP_2D = Rule(30, "tp", "above 1 needs pp = 1 and cp = 1 in this framework (AutoTP composes with data parallelism "
                  "and ZeRO only)", lambda x: (x["tp"] > 1) & ((x["pp"] > 1) | (x["cp"] > 1)) & _framework_in(x, AUTOTP),
                  ("tp", "pp", "cp", "framework"))
-TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with tp, pp or cp > 1 in this framework (its DDP is "
-              "data-parallel only)",
-              lambda x: (x["zero_stage"] == 0) & ((x["tp"] > 1) | (x["pp"] > 1) | (x["cp"] > 1))
-              & _framework_in(x, DDP_1D_ONLY), ("zero_stage", "tp", "pp", "cp", "framework"))
+TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with cp > 1, or with dp > 1 and tp or pp > 1, in this framework "
+              "(its DDP replicates over a 1-D mesh only; without dp or cp no data parallelism is applied)",
+              lambda x: (x["zero_stage"] == 0) & ((x["cp"] > 1) | ((x["dp"] > 1) & ((x["tp"] > 1) | (x["pp"] > 1))))
+              & _framework_in(x, DDP_1D_ONLY), ("zero_stage", "dp", "tp", "pp", "cp", "framework"))
 TP_KV_STACK = Rule(32, "tp", "must divide n_kv_heads in this framework (each rank holds whole key/value heads)",
                    lambda x: (x["n_kv_heads"] % x["tp"] != 0) & _framework_in(x, KV_HEADS_PER_RANK),
                    ("tp", "n_kv_heads", "framework"))
@@ -314,6 +322,10 @@ ULYSSES_SP = Rule(33, "sp", "must be off with cp_kind ulysses in this framework 
                   ("sp", "cp", "framework"))
 ZEROPP_STACK = Rule(34, "zeropp", "needs a framework with ZeRO++ (DeepSpeed's engine)",
                     lambda x: _zeropp_on(x) & _framework_in(x, NO_ZEROPP_STACKS), ("framework",))
+ULYSSES_PP = Rule(35, "cp", "with cp_kind ulysses needs pp = 1 in this framework (DeepSpeed's pipeline engine has no "
+                  "sequence-parallel axis)",
+                  lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 1) & (x["pp"] > 1) & _framework_in(x, ULYSSES_NO_PP),
+                  ("cp", "pp", "framework"))
 HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
@@ -327,7 +339,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SE
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
-                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK)
+                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

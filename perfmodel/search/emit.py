@@ -326,8 +326,15 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
     (printed after it): parts the target's format cannot express or that the launcher must add."""
     c, notes = _cfg(row), []
     if target == "megatron":
-        notes.append("the normalization is not part of the costed shape: add your model's (Llama: "
-                     "--normalization RMSNorm; Megatron's default is LayerNorm)")
+        if model.mlp == "swiglu":
+            notes.append("the normalization is not part of the costed shape: add your model's (Llama-style "
+                         "SwiGLU models: --normalization RMSNorm; Megatron's default is LayerNorm)")
+        if not model.learned_pos_emb and not megatron_deepspeed(job):
+            notes.append("the rotary base is not part of the costed shape: add your model's --rotary-base "
+                         "(Llama 3: 500000; Megatron's default is 10000)")
+        if (c["tp"] > 1 or c["cp"] > 1) and not megatron_deepspeed(job):
+            notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching: Megatron expects it with tp or "
+                         "cp > 1 on GPUs before Blackwell (kernel order that its communication overlap relies on)")
         if megatron_deepspeed(job):
             notes.append("ds_config.json is the DeepSpeed config of this configuration: write it with --emit deepspeed")
             if job.precision not in ("bf16", "fp16"):
@@ -336,7 +343,7 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         elif c["vpp"] > 1 and c["pp"] == 2:
             notes.append("--overlap-p2p-communication is required by Megatron with interleaving on 2 pipeline "
                          "stages; the costed pipeline communication overlap is the stack's usual one")
-        if c["zeropp"]:
+        if c["zeropp"] and not megatron_deepspeed(job):  # Megatron-DeepSpeed: in ds_config.json
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
     if target == "deepspeed":
@@ -345,10 +352,17 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
                          "(PipelineModule(num_stages=pp), DeepSpeed-Ulysses DistributedAttention over cp ranks); "
                          f"train_batch_size assumes its data-parallel size is dp={c['dp']}")
-        elif layout:
+        elif layout and megatron_deepspeed(job):
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "
                          f"data-parallel size is dp={c['dp']}")
+        elif layout:
+            notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting, and it was costed for "
+                         f"{job.framework or 'a generic stack'}: search with --framework megatron-deepspeed (or "
+                         f"deepspeed) for a layout DeepSpeed runs; train_batch_size assumes dp={c['dp']}")
+        if c["cp"] > 1 and c["cp_kind"] != "ulysses":
+            notes.append("ring context parallelism was costed: DeepSpeed has none (its sequence parallelism is "
+                         "Ulysses' all-to-all)")
         if autotp(job, c):
             notes.append(f"train_batch_size is left out: DeepSpeed completes it from the micro-batch and accumulation "
                          f"(dp={c['dp']} data-parallel ranks, global batch {job.global_batch})")

@@ -87,7 +87,10 @@ def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
 
 
 def _diff_keys(a, b) -> str:
-    diffs = [f"{_SHORT.get(k, k)} {a[k]} vs {b[k]}" for k in CONFIG_KEYS if a[k] != b[k]]
+    def shown(row, k):
+        return ("on" if bool(row[k]) else "off") if k == "sp" else row[k]
+
+    diffs = [f"{_SHORT.get(k, k)} {shown(a, k)} vs {shown(b, k)}" for k in CONFIG_KEYS if a[k] != b[k]]
     # the CP kind only where both split the sequence (a cp change is listed already)
     diffs += [f"{_SHORT.get(k, k)} {_extra(a, k) or 'none'} vs {_extra(b, k) or 'none'}"
               for k in EXTRA_KEYS if _extra(a, k) != _extra(b, k)

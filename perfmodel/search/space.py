@@ -152,7 +152,7 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
     x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
     reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED,
-                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK, rules.ULYSSES_SP),
+                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK, rules.ULYSSES_SP, rules.ULYSSES_PP),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)

@@ -151,3 +151,28 @@ def test_fp8_runs_reduce_gradients_as_their_bf16_base():
     p = framework_profile("megatron-deepspeed")
     got = {prec: framework_arrays(p, False, prec)["zero1_all_reduce_grads"] for prec in ("bf16", "fp8", "nvfp4", "fp16")}
     assert got == {"bf16": 1.0, "fp8": 1.0, "nvfp4": 1.0, "fp16": 0.0}
+
+
+def test_stacks_on_deepspeeds_zero3_engine_share_its_zero3_values():
+    """Megatron-DeepSpeed and GPT-NeoX run ZeRO-3 through DeepSpeed's stage-3 engine: the same static
+    overlap / latency / live-parameter values, and DeepSpeed's fitted ones (the only ZeRO-3 fit, on the
+    ZeRO++ pairs) where a calibration has none of their own. Before, they ran ZeRO-3 at the generic 80%
+    overlap: the same 20B job came out three times faster under Megatron-DeepSpeed than under DeepSpeed."""
+    from perfmodel.calibration_profile import Calibration, load_calibration
+
+    keys = ("zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params")
+    for name in ("megatron-deepspeed", "gpt-neox"):
+        assert PROFILES[name].zero3_engine == "deepspeed" and PROFILES["deepspeed"].zero3_engine is None
+        assert all(getattr(PROFILES[name], k) == getattr(PROFILES["deepspeed"], k) for k in keys)
+        cal = Calibration(frameworks={"deepspeed": {"zero3_overlap": 0.3, "zero3_step_latency_s": 2e-5,
+                                                    "kernel_efficiency": 0.7}})
+        got = cal.framework(name)
+        assert (got.zero3_overlap, got.zero3_step_latency_s) == (0.3, 2e-5)
+        assert got.kernel_efficiency != 0.7  # the engine's ZeRO-3 values only, not its kernels
+        own = Calibration(frameworks={"deepspeed": {"zero3_overlap": 0.3}, name: {"zero3_overlap": 0.5}})
+        assert own.framework(name).zero3_overlap == 0.5
+    shipped = load_calibration(None)
+    assert shipped.framework("megatron-deepspeed").zero3_step_latency_s == \
+        shipped.framework("deepspeed").zero3_step_latency_s
+    # every named engine is a profile
+    assert all(p.zero3_engine in (None, *PROFILES) for p in PROFILES.values())

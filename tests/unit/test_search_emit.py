@@ -372,3 +372,30 @@ def test_deepspeed_alone_takes_its_tensor_parallelism_from_autotp(tmp_path):
     assert got["tp"] == 4 and got["sp"] is False  # AutoTP has no sequence parallelism: off unless --sp is given
     res = CliRunner().invoke(app, base + ["--tp", "2"])
     assert res.exit_code == 2 and "error: tp: --tp 2 contradicts deepspeed_config.tensor_parallel.autotp_size" in res.output
+
+
+def test_emit_notes_fit_the_model_and_the_stack():
+    """Reviewer's findings: the RMSNorm reminder was printed for GPT-3 (LayerNorm, Megatron's default);
+    the rotary base and CUDA_DEVICE_MAX_CONNECTIONS were not mentioned; Megatron-DeepSpeed was told to
+    'use DeepSpeed' for ZeRO++ it runs through its ds_config.json; a ring-CP layout costed for another stack
+    was said to be taken by Megatron-DeepSpeed's launcher, which has no ring CP."""
+    gpt3, llama = pm.load_model("gpt3-175b"), pm.load_model("llama3-8b")
+    tp8 = dict(ROWS[1], zeropp="", zero_stage=1)
+    assert not any("RMSNorm" in n or "rotary" in n for n in emit_notes("megatron", gpt3, _job(), tp8))
+    mg = emit_notes("megatron", llama, _job(), tp8)
+    assert any("RMSNorm" in n for n in mg) and any("--rotary-base" in n for n in mg)
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in mg)
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in n for n in emit_notes("megatron", llama, _job(), dict(ROWS[2])))
+    mds = emit_notes("megatron", llama, _job("bf16", "megatron-deepspeed"), dict(ROWS[1], cp=1))
+    assert not any("use DeepSpeed" in n for n in mds) and any("ds_config.json" in n for n in mds)
+    ds = emit_notes("deepspeed", llama, _job(), dict(ROWS[1], cp_kind="ring"))
+    assert not any("Megatron-DeepSpeed flags" in n for n in ds)
+    assert any("--framework megatron-deepspeed" in n for n in ds) and any("ring context" in n for n in ds)
+    ds_uly = emit_notes("deepspeed", llama, _job("bf16", "megatron-deepspeed"), dict(ROWS[1], cp_kind="ulysses"))
+    assert any("Megatron-DeepSpeed flags" in n for n in ds_uly) and not any("ring context" in n for n in ds_uly)
+
+
+def test_explanation_prints_sp_as_on_off():
+    from perfmodel.search.explain import _diff_keys
+
+    assert _diff_keys(dict(ROWS[0]), dict(ROWS[0], sp=False)) == "sp on vs off"

@@ -68,8 +68,12 @@ def test_search_winners_have_runnable_interleaving():
 
 
 def test_torchtitan_ddp_is_data_parallel_only():
-    assert rules.TT_DDP.broken(_x("torchtitan", tp=2, zero_stage=0))
+    assert rules.TT_DDP.broken(_x("torchtitan", tp=2, dp=2, zero_stage=0))
+    assert rules.TT_DDP.broken(_x("torchtitan", pp=2, dp=2, zero_stage=0))
     assert rules.TT_DDP.broken(_x("torchtitan", cp=2, zero_stage=0))
+    # pure TP / PP (dp = cp = 1): no data parallelism is applied at all, which is zero_stage 0
+    assert not rules.TT_DDP.broken(_x("torchtitan", tp=2, dp=1, zero_stage=0))
+    assert not rules.TT_DDP.broken(_x("torchtitan", tp=2, pp=2, dp=1, zero_stage=0))
     assert not rules.TT_DDP.broken(_x("torchtitan", tp=2, zero_stage=3))
     assert not rules.TT_DDP.broken(_x("torchtitan", zero_stage=0))
     assert not rules.TT_DDP.broken(_x("megatron-lm", tp=2, zero_stage=0))
@@ -296,3 +300,31 @@ def test_report_prints_the_models_notes(tmp_path):
     assert res.exit_code == 0, res.output
     assert "sliding_window" in res.output
     assert "sliding_window" in next((tmp_path / "r").glob("*.html")).read_text()
+
+
+def test_torchtitan_search_considers_pure_tensor_parallelism():
+    """A torchtitan search on one node tries tp 8 with dp 1 (no DDP, no FSDP: zero_stage 0), which its
+    DDP rule used to exclude, so that the search saw only tp 1, 2 and 4 (reviewer's Llama-3 8B job)."""
+    model = pm.load_model("llama3-8b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8)
+    df = run_search(model, cluster, pm.JobSpec(global_batch=128, seq_len=8192, framework="torchtitan"),
+                    top=100000).candidates
+    pure_tp = df[(df.tp == 8) & (df.dp == 1)]
+    assert len(pure_tp) and set(pure_tp.zero_stage) == {0}
+    assert not len(df[(df.zero_stage == 0) & (df.dp > 1) & ((df.tp > 1) | (df.pp > 1))])
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron-deepspeed", "gpt-neox"])
+def test_deepspeed_ulysses_runs_without_a_pipeline(framework):
+    """DeepSpeed's pipeline engine has pipe, data and model axes only: Ulysses (cp > 1) needs pp = 1. The
+    reviewer's 20B DeepSpeed search recommended tp 1, pp 4, cp 8 Ulysses, which DeepSpeed cannot launch."""
+    x = _x(framework, pp=4, cp=8, cp_ulysses=1, dp=1, global_batch=64)
+    assert rules.ULYSSES_PP.broken(x)
+    assert not rules.ULYSSES_PP.broken({**x, "pp": 1})
+    assert not rules.ULYSSES_PP.broken({**x, "framework": "megatron-lm"})  # Megatron-Core a2a CP pipelines
+    model = pm.ModelSpec(name="gpt-20b", n_layers=44, hidden_size=6144, ffn_hidden_size=24576, n_heads=64,
+                         n_kv_heads=64, vocab_size=50432)
+    cluster = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), 256, 16, 100.0)
+    df = run_search(model, cluster, pm.JobSpec(global_batch=256, seq_len=8192, framework=framework),
+                    top=100000).candidates
+    assert len(df) and not len(df[(df.cp > 1) & (df.pp > 1)])
