@@ -32,7 +32,9 @@ class CostConstants(BaseModel):
         512.0, gt=0, le=1e8, allow_inf_nan=False, description="Key length (tokens) at which flash attention reaches half its best rate."
     )
     attn_bwd_over_fwd: float = Field(
-        2.5, ge=0.1, le=100, allow_inf_nan=False, description="Flash-attention backward / forward time (5 vs 2 matmuls).")
+        2.5, ge=0.1, le=100, allow_inf_nan=False, description="Flash-attention backward / forward time (5 vs 2 matmuls). "
+        "With it a measured fwd+bwd rate is the forward rate: FlashAttention's benchmark counts fwd+bwd as 3.5x "
+        "the forward FLOPs (benchmarks/benchmark_flash_attention.py flops(): 2.5 f for bwd), the same ratio.")
     nonflash_attn_efficiency: float = Field(
         0.45, ge=0.01, le=1, allow_inf_nan=False, description="Batched-GEMM attention (QK^T, AV) fraction of peak, unfused softmax aside."
     )

@@ -18,7 +18,7 @@ from typing import get_args
 import numpy as np
 
 from perfmodel import rules
-from perfmodel.calibration_profile import Calibration, load_calibration
+from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load_calibration
 from perfmodel.constants import CostConstants
 from perfmodel.errors import InputError
 from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
@@ -140,6 +140,35 @@ def cluster_arrays(
     }
 
 
+#: the step inputs a fabric's calibration may hold a value of one collective's own for
+#: (``networks.<fabric>: {<op>.<key>: ...}``, what ``perfmodel calibrate --nccl-tests`` fits per op)
+OP_NETWORK_INPUTS = (
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s", "inter_latency_s", "congestion_nodes",
+    "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s",
+    "ll_bandwidth_ratio",
+)
+
+
+def op_network_arrays(cal: Calibration, catalog_gpu: AcceleratorSpec, cluster: ClusterSpec, precision: str,
+                      base: dict[str, float], stated_latency_us: float | None = None) -> dict[str, float]:
+    """``"<op>.<input>"`` for every collective (``NETWORK_OP_SPECIFIC``) whose fabric values differ from the
+    op-less ones in ``base`` (``cluster_arrays`` of the same cluster): ``step_costs`` costs that collective
+    with them, as ``perfmodel comm`` does (``calibrate.comm.collective_inputs``). Empty for a fabric
+    without per-op values, the usual case."""
+    if not any("." in k for k in cal.networks.get((cluster.network or "").strip().lower(), {})):
+        return {}
+    out: dict[str, float] = {}
+    for op in NETWORK_OP_SPECIFIC:
+        constants, gpu, shape = cal.for_network(catalog_gpu, cluster.network, op)
+        latency_us = stated_latency_us if stated_latency_us is not None else gpu.scale_out_latency_us
+        op_cluster = cluster.model_copy(update={"gpu": gpu, "scale_out_latency_us": latency_us})
+        congestion = cal.network_values(cluster.network, op).get("congestion_nodes",
+                                                                 cal.congestion_nodes(cluster.network))
+        arr = cluster_arrays(op_cluster, precision, constants, congestion, shape)
+        out.update({f"{op}.{k}": arr[k] for k in OP_NETWORK_INPUTS if arr[k] != base[k]})
+    return out
+
+
 def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "bf16") -> dict[str, float]:
     """The stack's STEP_INPUTS; ``precision`` picks the gradient width (``fp16_grads_in_param_dtype``) and
     the bf16 optimizer's gradient all-reduce (``bf16_zero1_all_reduce_grads``). fp8 and fp4 matmuls run
@@ -238,19 +267,24 @@ def build_inputs(
     alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / tp members of the
     dp x cp group that ZeRO shards over (stride tp)."""
     cal = calibration if calibration is not None else load_calibration(None)
-    constants, gpu, shape = cal.for_network(cluster.gpu, cluster.network)
+    catalog_gpu = cluster.gpu
+    constants, gpu, shape = cal.for_network(catalog_gpu, cluster.network)
     # the calibrated GPU (and fabric) replaces the catalog one, its scale-out latency included, unless
     # the cluster states its own, as runs_to_inputs does: one configuration costs the same in
     # estimate, recommend and validate
-    latency_us = cluster.scale_out_latency_us if cluster.scale_out_latency_stated else gpu.scale_out_latency_us
+    stated = cluster.scale_out_latency_us if cluster.scale_out_latency_stated else None
+    latency_us = stated if stated is not None else gpu.scale_out_latency_us
+    base_cluster = cluster
     cluster = cluster.model_copy(update={"gpu": gpu, "scale_out_latency_us": latency_us})
+    hardware = cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape)
     profile = cal.framework(job.framework)
     flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention
     inputs = {
         **model_arrays(model),
         "seq_len": job.seq_len,
         "global_batch": job.global_batch,
-        **cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape),
+        **hardware,
+        **op_network_arrays(cal, catalog_gpu, base_cluster, job.precision, hardware, stated),
         **parallel_arrays(par),
         **framework_arrays(profile, flash, job.precision),
         **constant_arrays(constants),

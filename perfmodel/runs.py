@@ -16,7 +16,7 @@ from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
 from perfmodel.errors import InputError, UnknownName
-from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays
+from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays, op_network_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.rules import KV_HEADS_PER_RANK, PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO23_NO_PP, ZERO_0_3_ONLY
@@ -566,6 +566,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             scale_out_latency_us=gpu.scale_out_latency_us,
         )
         hw = cluster_arrays(cluster, prec_i, net_constants, cal.congestion_nodes(net_i), shape)
+        hw.update(op_network_arrays(cal, spec, cluster.model_copy(update={"network": net_i}), prec_i, hw))
         # a fabric's own cross-node TP efficiency (networks.<fabric>.tp_internode_efficiency) wins
         hw["tp_internode_efficiency"] = net_constants.tp_internode_efficiency
         hw_rows.append(hw)
@@ -580,8 +581,11 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         mark((gpu_name == g) & (precision == prec), "invalid", why)
     inputs: dict[str, np.ndarray] = {}
     for rows in (hw_rows, fw_rows):
-        for key in rows[0].keys() if rows else ():
+        for key in (k for k in rows[0] if "." not in k) if rows else ():
             inputs[key] = np.array([r[key] for r in rows], dtype=float)[index]
+    # a collective's own fabric values where some row's fabric has them; the others' are their op-less ones
+    for key in sorted({k for r in hw_rows for k in r if "." in k}):
+        inputs[key] = np.array([r.get(key, r[key.split(".", 1)[1]]) for r in hw_rows], dtype=float)[index]
     for key, val in constant_arrays(constants).items():
         if key not in inputs:
             inputs[key] = np.full(n, val, dtype=float)

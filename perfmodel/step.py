@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from perfmodel.costs.comm import collective_time_s, congestion_factor, group_placement
+from perfmodel.costs.comm import OPS, collective_time_s, congestion_factor, group_placement
 from perfmodel.costs.compute import (
     FLASH_MAX_HEAD_DIM, HEAD_DIM_ALIGN, elementwise_time_s, flash_attention_efficiency, gemm_time_s,
 )
@@ -89,8 +89,9 @@ class _Subset:
 
     def take(self, x) -> np.ndarray:
         x = np.asarray(x, dtype=float)
-        if x.size == 1:  # a scalar input (a search's model and hardware) broadcasts as it is
-            return x.reshape(())
+        if x.size == 1:  # a scalar input (a search's model and hardware): a zero-stride view of the subset's
+            # length, so that it lines up with the subset's arrays (a stacked tensor axis included)
+            return np.broadcast_to(x.reshape(()), self.idx.shape) if self.shape else x.reshape(())
         return np.broadcast_to(x, self.shape).reshape(-1)[self.idx]
 
     def put(self, base, vals) -> np.ndarray:
@@ -99,10 +100,30 @@ class _Subset:
         return out.reshape(self.shape)
 
 
+def op_input_keys(inputs: Mapping) -> list[str]:
+    """The optional ``"<op>.<input>"`` keys among ``inputs``: a fabric's values of one collective's own
+    (``estimate.op_network_arrays``), which ``step_costs`` uses for that collective where given."""
+    return [k for k in inputs if "." in k and k.split(".", 1)[0] in OPS]
+
+
+def stack_inputs(rows: list[Mapping]) -> dict[str, np.ndarray]:
+    """One batch of step inputs from per-configuration dicts (``estimate.build_inputs``): every
+    STEP_INPUTS key, and a collective's own fabric values where some row has them (the others take their
+    op-less value there)."""
+    op_keys = sorted({k for r in rows for k in op_input_keys(r)})
+    return {**{k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS},
+            **{k: np.array([r.get(k, r[k.split(".", 1)[1]]) for r in rows], dtype=float) for k in op_keys}}
+
+
 def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Time and memory of one training step for every element of the input arrays."""
     f64 = {k: np.asarray(x[k], dtype=float) for k in STEP_INPUTS}
+    # a fabric's values of one collective's own ("<op>.<input>", estimate.op_network_arrays), where given
+    f64.update({k: np.asarray(x[k], dtype=float) for k in op_input_keys(x)})
     f64["job_gpus"] = f64["tp"] * f64["pp"] * f64["dp"] * f64["cp"]  # where a group may straddle NVLink domains
+    # the batch's shape over every input (a network value may vary where the layout does not): a
+    # zero-stride view that the subsets below broadcast their masks to
+    batch = np.broadcast_to(0.0, np.broadcast_shapes(*(arr.shape for arr in f64.values())))
     L, h, ffn = f64["n_layers"], f64["hidden_size"], f64["ffn_hidden_size"]
     a, kv, V, mm = f64["n_heads"], f64["n_kv_heads"], f64["vocab_size"], f64["mlp_matrices"]
     s, B = f64["seq_len"], f64["global_batch"]
@@ -135,13 +156,16 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if key not in placements:
             placements[key] = (n, stride, group_placement(n, stride, net["nvlink_domain_gpus"], net["job_gpus"],
                                                            lined_up))
+        def v(name):  # the fabric's value for this collective, where its calibration has one of its own
+            return net.get(f"{op}.{name}", net[name])
+
         return collective_time_s(
-            op, size, n, stride, net["nvlink_domain_gpus"], net["nvlink_bytes_per_s"],
-            net["nic_bytes_per_s_per_gpu"] * nic_scale, net["intra_latency_s"], net["inter_latency_s"],
-            congestion_nodes=net["congestion_nodes"], congestion_max_nodes=net["congestion_max_nodes"],
-            ring_inter_node=net["ring_inter_node"] > 0,
-            latency_log2_coeff=net["latency_log2_coeff"], ring_step_latency_s=net["ring_step_latency_s"],
-            ll_latency_s=net["ll_latency_s"], ll_bandwidth_ratio=net["ll_bandwidth_ratio"], job_gpus=net["job_gpus"],
+            op, size, n, stride, net["nvlink_domain_gpus"], v("nvlink_bytes_per_s"),
+            v("nic_bytes_per_s_per_gpu") * nic_scale, v("intra_latency_s"), v("inter_latency_s"),
+            congestion_nodes=v("congestion_nodes"), congestion_max_nodes=v("congestion_max_nodes"),
+            ring_inter_node=v("ring_inter_node") > 0,
+            latency_log2_coeff=v("latency_log2_coeff"), ring_step_latency_s=v("ring_step_latency_s"),
+            ll_latency_s=v("ll_latency_s"), ll_bandwidth_ratio=v("ll_bandwidth_ratio"), job_gpus=net["job_gpus"],
             placement=placements[key][2],
         )
 
@@ -280,7 +304,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     head_rank = np.zeros(())
     balanced = (f64["pp_balances_head"] > 0) & (pp > 1)
     if np.any(balanced):  # (skipped when no stack in the batch balances: keeps the search fast)
-        sub = _Subset(balanced, busy_layers, L, h, ffn, V, layer_s)
+        sub = _Subset(balanced, batch, busy_layers, L, h, ffn, V, layer_s)
         # nanotron's block costs (get_block_compute_costs): a layer 4 h^2 + 3 ffn h (its Llama), the head V h
         split = balanced_split_table(sub.take(L), sub.take(pp), sub.take(4.0 * h * h + 3.0 * ffn * h), sub.take(V * h))
         bl, bh = busiest_of_split(split, sub.take(layer_s), sub.take(head_s))
@@ -374,13 +398,14 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), dp_per_node)
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
-    z3_rows = _Subset((zero >= 3) & (dpc > 1), tp, L)
+    z3_rows = _Subset((zero >= 3) & (dpc > 1), batch, tp, L)
     sub = z3_rows.take
     net_sub = {k: sub(f64[k]) for k in (
         "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
         "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
         "ring_step_latency_s",
         "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
+    net_sub.update({k: sub(val) for k, val in f64.items() if "." in k})
 
     def coll_sub(op, size, n, stride):
         return coll(op, size, n, stride, net=net_sub)

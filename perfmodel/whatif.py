@@ -43,7 +43,7 @@ from perfmodel.rules import HPZ_NODES, ZEROPP_STACK, default_zero_stage
 from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
-from perfmodel.step import STEP_INPUTS, step_costs
+from perfmodel.step import stack_inputs, step_costs
 
 Mode = Literal["fixed", "best"]
 
@@ -208,7 +208,7 @@ def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool
     for r, notes in zip(where, capability_notes_many(arrays, framework)):
         rows[r]["note"] = "; ".join(notes)
     if inputs:
-        out = step_costs({k: np.array([x[k] for x in inputs], dtype=float) for k in STEP_INPUTS})
+        out = step_costs(stack_inputs(inputs))
         n_gpus = np.array([x["tp"] * x["pp"] * x["dp"] * x["cp"] for x in inputs], dtype=float)
         out["tokens_per_s"] = out["tokens_per_s_per_gpu"] * n_gpus
         for i, r in enumerate(where):

@@ -517,6 +517,11 @@ def fit_shipped(root: str | Path | None = None) -> tuple[dict, dict[str, float]]
     fixed = {**FIXED, "efa": {"congestion_nodes": cong["congestion_nodes"]}}
     fit = fit_collectives(shipped_measurements(root), fixed=fixed)
     fit["networks"]["efa"]["congestion_max_nodes"] = cong["max_nodes"]
+    # every shipped system is a fabric with a fit of its own (EFA, Slingshot, ...): its latencies stay
+    # with it. As per-GPU values they would price every other fabric's collectives on that GPU (an
+    # A100-80GB on InfiniBand at EFA p4de's 282 us per cross-node collective, an H100 at 134 us while a
+    # B200 kept its profile's 20 us): a fabric without a fit runs at the GPU profile's latencies.
+    fit["gpus"] = {}
     return fit, cong
 
 

@@ -22,7 +22,7 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import Calibration
 from perfmodel.calibrate.fit_runs import FRAMEWORK_PARAMS
 from perfmodel.estimate import build_inputs, check_config
-from perfmodel.step import STEP_INPUTS, step_costs
+from perfmodel.step import stack_inputs, step_costs
 
 #: frameworks whose logs print Megatron's arguments block (the iteration-line format names them)
 MEGATRON_LOG_FRAMEWORKS = ("megatron-lm", "megatron-kwai", "megatron-deepspeed")
@@ -59,7 +59,7 @@ def _inputs(points: list[LogPoint], cal: Calibration) -> dict[str, np.ndarray]:
     for p in points:
         check_config(*p.specs)
         rows.append({**build_inputs(*p.specs, cal), **p.overrides})
-    return {k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS}
+    return stack_inputs(rows)
 
 
 def predicted_iteration_time_s(points: list[LogPoint], cal: Calibration) -> np.ndarray:

@@ -177,12 +177,18 @@ def collective_time_s(
         # NCCL runs small point-to-point transfers with its low-latency protocol too, large ones with Simple
         t = np.where(ll_on, np.minimum(t, size_bytes / (bw * ratio) + ll_latency_s), t)
         return np.where(n > 1, t, 0.0)
+    # the NVLink phase runs in every domain the group touches at once: the fullest one (as many ranks as a
+    # domain holds, at most n) paces it, while the smallest piece's NICs pace the cross-domain phase
+    # (14 ranks as 8 + 6: the NVLink phase is 8 ranks', as on one full node, the NIC phase 6 ranks')
+    k_full = np.clip(np.floor(np.asarray(domain_gpus, dtype=float) / np.maximum(np.asarray(stride, dtype=float), 1.0)),
+                     1.0, np.maximum(n, 1.0))
+    k_full = np.where(crosses, np.maximum(k_full, k), k)
     if op == "all_to_all":
         # each rank sends S/n to every other rank; (n-k)/n of S leaves the domain on its own NIC
-        intra = (k - 1.0) / n * size_bytes / nvlink_bytes_per_s
+        intra = (k_full - 1.0) / n * size_bytes / nvlink_bytes_per_s
         inter = (n - k) / n * size_bytes / nic_bytes_per_s_per_gpu
     else:
-        intra = op_factor(op, k) * size_bytes / nvlink_bytes_per_s
+        intra = op_factor(op, k_full) * size_bytes / nvlink_bytes_per_s
         inter_ranks = np.where(ring_inter_node, n, n_domains)
         # a group inside one domain never touches the NICs, flat-ring fabric or not
         inter = op_factor(op, inter_ranks) * size_bytes / (k * nic_bytes_per_s_per_gpu) * crosses

@@ -2,9 +2,12 @@
 
 * GEMMs: a roofline over (FLOPs at the achievable tensor-core rate, bytes at HBM bandwidth),
   where the achievable rate is the best-shape measured rate (MAMF, stas00/ml-engineering) times
-  a wave-quantization factor: C = M x N is cut into 128 x 256 output tiles spread over the SMs in
-  waves; a last, partial wave leaves SMs idle (NVIDIA, "Matrix Multiplication Background User's
-  Guide", sec. "Wave Quantization").
+  a tile- and wave-quantization factor: C = M x N is cut into output tiles spread over the SMs in
+  waves; a partly filled tile and a last, partial wave leave tensor cores idle (NVIDIA, "Matrix
+  Multiplication Background User's Guide", sec. 3.1 "Tile Quantization" and 3.2 "Wave
+  Quantization"). cuBLAS picks the tile per shape among several (sec. 2.3 "Typical Tile Dimensions
+  In cuBLAS"): the model takes the fastest of 128 x 256, 128 x 128 and 64 x 128 for each GEMM, so a
+  small GEMM is not costed as a few large tiles on a few SMs.
 * Flash attention: FLOPs at a fraction of peak that rises with the sequence length, as the
   FlashAttention-2/3 benchmarks show (Dao 2023, Fig. 4-7; shared/data/kernels/kernels.csv).
 * Element-wise work (norms, activations, residuals, dropout): bytes moved at HBM bandwidth.
@@ -13,16 +16,22 @@ from __future__ import annotations
 
 import numpy as np
 
-TILE_M = 128
-TILE_N = 256
+#: output tiles (rows x columns of C) the GEMM may run with: the large tile of cuBLAS's most efficient
+#: kernels and two smaller ones it falls back to for small or oddly sized GEMMs
+TILES = ((128, 256), (128, 128), (64, 128))
 KERNEL_LAUNCH_S = 4e-6  # per kernel, fixed overhead (launch + tail), typical CUDA figure
 
 
 def wave_efficiency(m, n, n_sms):
-    """Fraction of SM-slots doing useful work: tiles / (waves * SMs)."""
-    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
-    waves = np.ceil(tiles / n_sms)
-    return tiles / (waves * n_sms)
+    """Fraction of the tensor-core time doing useful work with the best tile: m n over the padded work
+    waves x SMs x tile_m x tile_n, where waves = ceil(tiles / SMs). The time a tile choice gives,
+    2 k waves SMs tile_m tile_n / rate, never falls as m or n grows (a partly filled tile costs a full one)."""
+    m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    best = np.zeros(np.broadcast(m, n, n_sms).shape)
+    for tile_m, tile_n in TILES:
+        waves = np.ceil(np.ceil(m / tile_m) * np.ceil(n / tile_n) / n_sms)
+        best = np.maximum(best, m * n / (waves * n_sms * tile_m * tile_n))
+    return best
 
 
 def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0):

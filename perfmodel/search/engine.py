@@ -25,7 +25,7 @@ from perfmodel.search.space import (
     zeropp_names,
 )
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
-from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, step_costs
+from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, op_input_keys, step_costs
 
 #: stacks that implement ZeRO++ (DeepSpeed zero_optimization.zero_quantized_weights / ...)
 ZEROPP_FRAMEWORKS = rules.ZEROPP_STACKS
@@ -108,7 +108,7 @@ def template_inputs(
     """The scalar STEP_INPUTS of a template configuration (its parallel keys are overwritten)."""
     par = ParallelSpec(tp=1, pp=1, dp=cluster.n_gpus, cp=1, vpp=1, micro_batch=1, sp=False, zero_stage=0)
     inputs = build_inputs(model, cluster, par, job, calibration)
-    return {k: np.float64(inputs[k]) for k in STEP_INPUTS}
+    return {k: np.float64(inputs[k]) for k in (*STEP_INPUTS, *op_input_keys(inputs))}
 
 
 def evaluate(

@@ -269,3 +269,20 @@ def test_protocol_switch_keeps_time_monotone(op, n, stride, ll_latency_us, ratio
     assert np.all(np.diff(on) >= 0)
     assert np.all(t(NIC * factor, **kw) <= on * (1 + 1e-12))
     assert np.all(on <= t(NIC) * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("n, fullest", [(14, 8), (12, 8), (20, 8)])
+def test_an_uneven_group_is_never_faster_than_its_fullest_domain(op, n, fullest):
+    """14 ranks as 8 + 6 on two nodes: the NVLink phase runs 8 ranks' share on the full node (it was
+    costed with the smallest piece's 6, so that 14 GPUs reduced faster than 8 in one node); the NIC phase
+    is still paced by the 6 ranks' NICs."""
+    S = 1e9
+    uneven = float(collective_time_s(op, S, n, 1, DOMAIN, NVLINK, NIC, LAT_INTRA, LAT_INTER, job_gpus=n))
+    one_domain = t(op, S, fullest)
+    assert uneven > one_domain
+    # with the NICs as fast as NVLink and no latency, only the NVLink phase of the full domain and the
+    # cross-domain phase remain: never below the full domain's own NVLink phase
+    fast = float(collective_time_s(op, S, n, 1, DOMAIN, NVLINK, 1e15, 0.0, 0.0, job_gpus=n))
+    nvlink_phase = ((fullest - 1) / n if op == "all_to_all" else op_factor(op, fullest)) * S / NVLINK
+    assert fast == pytest.approx(nvlink_phase)

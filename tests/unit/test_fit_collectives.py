@@ -201,3 +201,20 @@ def test_a_table_naming_its_hosts_keeps_their_count(monkeypatch, n_ranks, hosts)
         fc.fit_from_tables([dataclasses.replace(m.result, n_ranks=n_ranks, n_nodes=hosts)], gpu_name="h100-sxm5-80gb",
                            gpus_per_node=8, scale_out_gbit_per_s_per_node=3200)
     assert seen == [(n_ranks, hosts)]
+
+
+def test_shipped_fabric_latencies_stay_with_their_fabrics(shipped_fit):
+    """The shipped logs are EFA, Slingshot and one H100 cluster's: their latencies are those fabrics', not
+    a GPU's. As per-GPU values (A100-80GB 282 us scale-out from EFA p4de, H100 37.5 / 134 us) they priced
+    every InfiniBand job on that GPU and made an H100's NVLink TP all-reduce slower than an A100's."""
+    import perfmodel as pm
+
+    assert shipped_fit["gpus"] == {}
+    assert yaml.safe_load(fc.SHIPPED_PROFILE.read_text())["gpus"] == {}
+
+    def tp_comm(gpu):
+        est = pm.estimate(pm.load_model("gpt3-1.3b"), pm.ClusterSpec.build(pm.load_gpu(gpu), 8, 8),
+                          pm.ParallelSpec(tp=8, dp=1), pm.JobSpec(global_batch=64, seq_len=512))
+        return est.time_breakdown_s["tp_comm_s"]
+
+    assert tp_comm("h100-sxm5-80gb") < tp_comm("a100-sxm4-80gb")  # 1.5x the NVLink bandwidth

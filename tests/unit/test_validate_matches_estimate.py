@@ -62,8 +62,14 @@ def test_a_stated_scale_out_latency_is_kept_and_the_default_is_the_calibrated_on
     job = perfmodel.JobSpec(global_batch=64, seq_len=8192)
     default = perfmodel.ClusterSpec.build(gpu, 32, 8, 3200)
     stated = perfmodel.ClusterSpec.build(gpu, 32, 8, 3200, scale_out_latency_us=gpu.scale_out_latency_us)
-    calibrated_us = load_calibration(None).for_network(gpu, None)[1].scale_out_latency_us
+    shipped = load_calibration(None)
+    # a calibration with a per-GPU latency of its own (a user's nccl-tests fit without --network; the shipped
+    # profile keeps its fabrics' latencies with the fabrics)
+    cal = shipped.model_copy(update={"gpus": {**shipped.gpus, gpu.name: {**shipped.gpus.get(gpu.name, {}),
+                                                                          "scale_out_latency_us": 77.0}}})
+    calibrated_us = cal.for_network(gpu, None)[1].scale_out_latency_us
     assert not default.scale_out_latency_stated and stated.scale_out_latency_stated
-    assert build_inputs(model, default, par, job)["inter_latency_s"] == pytest.approx(calibrated_us * 1e-6)
-    assert build_inputs(model, stated, par, job)["inter_latency_s"] == pytest.approx(gpu.scale_out_latency_us * 1e-6)
-    assert calibrated_us != gpu.scale_out_latency_us  # the shipped profile fits H100's
+    assert build_inputs(model, default, par, job, cal)["inter_latency_s"] == pytest.approx(calibrated_us * 1e-6)
+    assert build_inputs(model, stated, par, job, cal)["inter_latency_s"] == pytest.approx(
+        gpu.scale_out_latency_us * 1e-6)
+    assert calibrated_us == 77.0 != gpu.scale_out_latency_us
