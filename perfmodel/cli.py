@@ -175,7 +175,7 @@ def estimate(
         job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
         if micro_batch <= 0:
             raise InputError("micro_batch", f"must be a positive integer (got {micro_batch})")
-        check_model_split(spec, tp, pp)
+        check_model_split(spec, tp, pp, framework)
         dp_value = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
         try:
             par = ParallelSpec(

@@ -43,9 +43,11 @@ def config_arrays(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job
     }
 
 
-def check_model_split(model: ModelSpec, tp: int, pp: int) -> None:
-    """Rules between the model's shape and its TP/PP split (``perfmodel.rules``)."""
-    x = {"tp": tp, "pp": pp, "n_heads": model.n_heads, "n_layers": model.n_layers}
+def check_model_split(model: ModelSpec, tp: int, pp: int, framework: str | None = None) -> None:
+    """Rules between the model's shape and its TP/PP split (``perfmodel.rules``; the framework decides
+    whether pipeline stages may hold unequal layer counts)."""
+    x = {"tp": tp, "pp": pp, "n_heads": model.n_heads, "n_layers": model.n_layers,
+         "framework": (framework or "").strip().lower()}
     broken = first_broken((rules.TP_HEADS, rules.PP_LAYERS), x)
     if broken is not None:
         raise InputError(broken.field, broken.message(x))

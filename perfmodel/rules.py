@@ -116,6 +116,14 @@ AUTOTP = frozenset({"deepspeed"})
 TE_ATTENTION = frozenset(name for name, p in PROFILES.items()
                          if p.flash_attention and not p.flash_pads_misaligned_heads)
 
+#: stacks whose pipeline takes stages of unequal layer counts: DeepSpeed's PipelineModule partitions by
+#: parameters or layer type with partition_balanced (deepspeed/runtime/pipe/module.py; Megatron-DeepSpeed and
+#: GPT-NeoX train through it), nanotron balances its blocks' costs (build_model), torchtitan rounds its
+#: layers per stage up (its own rule, TT_PP_SPLIT). The busiest stage holds ceil(n_layers / pp) layers,
+#: which the step model costs. Megatron-Core needs an even split (or --decoder-first/last-pipeline-num-layers,
+#: which the search does not emit)
+UNEVEN_PP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "nanotron", "torchtitan"})
+
 #: stacks that split the pipeline by a layer count per (virtual) stage with the embedding and the
 #: output counted as one layer each (torchtitan pipeline_parallel_layers_per_stage;
 #: pipeline_parallel_first/last_stage_less_layers = 1)
@@ -236,8 +244,11 @@ TP_KV_HEADS = Rule(3, "tp", "must divide n_kv_heads or be a multiple of it",
 TP_DOMAINS = Rule(4, "tp", "must fit in two NVLink domains", lambda x: x["tp"] > 2 * x["nvlink_domain_gpus"])
 PP_LAYERS = Rule(
     5, "pp", "must divide n_layers, or n_layers + 2 with embedding and loss counted as layers "
-    "(Megatron-Core account_for_embedding/loss_in_pipeline_split)",
-    lambda x: (x["n_layers"] % x["pp"] != 0) & ((x["n_layers"] + 2) % x["pp"] != 0), ("pp", "n_layers"))
+    "(Megatron-Core account_for_embedding/loss_in_pipeline_split), unless the framework splits layers "
+    "unevenly (deepspeed, megatron-deepspeed, gpt-neox, nanotron, torchtitan) and pp <= n_layers",
+    lambda x: np.where(_framework_in(x, UNEVEN_PP) if "framework" in x else False, x["pp"] > x["n_layers"],
+                       (x["n_layers"] % x["pp"] != 0) & ((x["n_layers"] + 2) % x["pp"] != 0)),
+    ("pp", "n_layers"))
 CP_RING_SEQ = Rule(6, "cp", "ring CP, and any Megatron-Core CP, needs seq_len divisible by 2*cp (load-balanced "
                    "chunks)",
                    lambda x: (x["cp"] > 1) & ((x["cp_ulysses"] == 0) | _framework_in(x, MEGATRON_CORE_CP))

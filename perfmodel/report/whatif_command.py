@@ -116,7 +116,7 @@ def whatif_command(
                 raise from_validation_error(exc) from None
             # the configuration against the model itself (tp divides the heads, pp the layers):
             # bad input for every point, not an infeasible sweep
-            check_model_split(spec, tp, pp)
+            check_model_split(spec, tp, pp, framework)
         cal = load_calibration(calibration)
         df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=cal,
                     gpu_precision=precision is None)

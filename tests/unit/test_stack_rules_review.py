@@ -328,3 +328,39 @@ def test_deepspeed_ulysses_runs_without_a_pipeline(framework):
     df = run_search(model, cluster, pm.JobSpec(global_batch=256, seq_len=8192, framework=framework),
                     top=100000).candidates
     assert len(df) and not len(df[(df.cp > 1) & (df.pp > 1)])
+
+
+@pytest.mark.parametrize("framework, uneven_ok", [
+    ("deepspeed", True), ("megatron-deepspeed", True), ("gpt-neox", True), ("nanotron", True), ("torchtitan", True),
+    ("megatron-lm", False), ("nemo", False), ("generic", False), ("", False),
+])
+def test_stacks_that_split_layers_unevenly_take_any_pp_up_to_the_layer_count(framework, uneven_ok):
+    """DeepSpeed's PipelineModule (partition_balanced), nanotron's cost-balanced split and torchtitan's
+    rounded-up layers per stage run 44 layers on 8 stages (busiest stage ceil(44 / 8) = 6 layers, as
+    costed); Megatron-Core needs an even split. The reviewer's 20B DeepSpeed job was refused with a
+    Megatron-Core rule, and MT-NLG's 105 layers had no pipeline on 1,024 GPUs under any stack."""
+    x = {"n_layers": 44, "pp": 8, "framework": framework}
+    assert bool(rules.PP_LAYERS.broken(x)) is not uneven_ok
+    assert rules.PP_LAYERS.broken({**x, "pp": 45})  # more stages than layers: never
+    assert not rules.PP_LAYERS.broken({**x, "pp": 4})
+    args = ["estimate", "--model", "llama2-13b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--global-batch", "128",
+            "--pp", "16", "--tp", "2", "--zero-stage", "1", "--framework", framework or "generic"]
+    r = runner.invoke(app, args)  # llama2-13b: 40 layers, 16 stages
+    assert (r.exit_code == 0) is uneven_ok or framework == "torchtitan", r.output
+    if not uneven_ok:
+        assert r.exit_code == 2 and "error: pp: must divide n_layers" in r.output
+
+
+def test_an_uneven_pipeline_is_costed_at_its_busiest_stage():
+    model = pm.load_model("llama2-13b")  # 40 layers
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 64, 8)
+    job = pm.JobSpec(global_batch=128, seq_len=4096, framework="deepspeed")
+    par = pm.ParallelSpec(tp=2, pp=16, dp=2, zero_stage=1)
+    uneven = pm.estimate(model, cluster, par, job)  # 40 layers: stages of 3, the last 2 + the head
+    even = pm.estimate(model.model_copy(update={"n_layers": 48}), cluster, par, job)  # 3 each, the last + head
+    # the busiest stage holds 3 layers either way: the same activation memory; the head's stage is lighter
+    assert uneven.memory_breakdown_gib["activations_gib"] == pytest.approx(even.memory_breakdown_gib["activations_gib"])
+    assert uneven.time_breakdown_s["compute_s"] < even.time_breakdown_s["compute_s"]
+    df = run_search(pm.load_model("mt-nlg-530b"), pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 1024, 8),
+                    pm.JobSpec(global_batch=1024, seq_len=2048, framework="megatron-deepspeed"), top=20).candidates
+    assert (df.pp > 1).all() and (df.tp <= 16).all()
