@@ -230,18 +230,20 @@ def validate(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
-    from perfmodel.errors import write_file_atomic
+    from perfmodel.errors import output_file, same_file, write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
     try:
         df = read_runs_csv(runs_csv)
         pred = predict_runs(df, load_calibration(calibration))
+        if out.is_dir():
+            raise InputError("out", "is a folder; give a CSV file path", where=str(out))
+        output_file(out)  # a device, FIFO or socket, or a file where a folder should be
+        if same_file(out, runs_csv):
+            raise InputError("out", "is the runs CSV being validated; give another file for the predictions",
+                             where=str(out))
     except (InputError, ValidationError) as exc:
         fail(exc)
-    if out.is_dir():
-        fail(InputError("out", "is a folder; give a CSV file path", where=str(out)))
-    if out.exists() and out.resolve() == runs_csv.resolve():
-        fail(InputError("out", "is the runs CSV being validated; give another file for the predictions", where=str(out)))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(out, pred.to_csv(index=False).encode("utf-8"))

@@ -38,8 +38,11 @@ def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
 
     if text is None or not text.strip():
         return None
+    parts = text.replace(" ", "").split(",")
+    if not all(parts):  # "8,,16" or "8,": a count left out is a typo, not one count fewer
+        raise InputError(field, f"has an empty item: give a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})")
     try:
-        vals = [int(p) for p in text.replace(" ", "").split(",") if p]
+        vals = [int(p) for p in parts]
     except ValueError:
         raise InputError(field, f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
     if not vals or any(v <= 0 for v in vals):

@@ -6,6 +6,8 @@ and exits with code 2.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class InputError(ValueError):
     """Bad input: ``field`` is the dotted name of what is wrong, ``rule`` says why."""
@@ -58,6 +60,8 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
     if path.is_dir():
         raise InputError(field, "is a folder, not a file", where=str(path))
     try:
+        if _is_gzip(path):
+            return _read_gzip_text(path, field, errors)
         # utf-8-sig: a leading byte-order mark (as spreadsheet programs save UTF-8) is not content
         return path.read_text(encoding="utf-8-sig", errors=errors)
     except OSError as exc:
@@ -66,16 +70,100 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
         raise InputError(field, "not a text file (not valid UTF-8)", where=str(path)) from None
 
 
+#: the first two bytes of a gzip stream (RFC 1952): how a compressed log or table is told, whatever its name
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _is_gzip(path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == GZIP_MAGIC
+
+
+def _read_gzip_text(path, field: str, errors: str) -> str:
+    """A gzip-compressed text file's text (logs are often kept as ``.log.gz``), read as ``read_text``
+    reads a plain one: UTF-8 with an optional byte-order mark, universal newlines."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(path, "rt", encoding="utf-8-sig", errors=errors) as fh:
+            return fh.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:  # a cut or corrupt stream
+        raise InputError(field, f"gzip-compressed, but cannot be decompressed ({exc})", where=str(path)) from None
+
+
+def output_file(path, field: str = "out") -> Path:
+    """The file a write to ``path`` lands in: a symbolic link's resolved target (the link stays a link,
+    as a shell's ``>`` keeps it), else ``path``. InputError when it exists and is not a regular file
+    (a device, FIFO or socket): renaming a file over it would replace the node, and streaming into it
+    is not what ``--out`` means. A missing file is fine (it is created)."""
+    import os
+    import stat
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode  # follows links: what a write would reach
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+        _check_parents(path, field)
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+        raise InputError(field, f"not a regular file ({kind}); give a file path", where=str(path))
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _check_parents(path, field: str) -> None:
+    """InputError when the nearest existing folder above ``path`` is a file: a mistake in the path
+    ("M.csv/p.csv") that mkdir would only report as "File exists" or "Not a directory"."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    parent = next((q for q in path.absolute().parents if os.path.lexists(q)), None)
+    if parent is not None and not parent.is_dir():
+        shown = next((q for q in path.parents if q.absolute() == parent), parent)
+        raise InputError(field, f"{shown} is a file, not a folder", where=str(path)) from None
+
+
+def output_folder(path, field: str = "out") -> None:
+    """InputError when ``path``, a folder to write files into, is a file or lies under one."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(field, f"{path} is a file, not a folder", where=str(path))
+    if not path.exists():
+        _check_parents(path, field)
+
+
+def same_file(a, b) -> bool:
+    """Whether ``a`` and ``b`` are one file (through links, hard links and relative spellings); False when
+    either does not exist."""
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def write_file_atomic(path, content: bytes, mode: int = 0o644) -> None:
     """Write ``content`` through a temporary file in the same folder, then rename: ``path`` holds either
-    the whole new content or what it held before. ``mode``: mkstemp makes 0600, an output is meant to be
-    read by others. OSError propagates (the caller names the field); no temporary file is left."""
+    the whole new content or what it held before. A symbolic link is written through (the temporary file
+    is made beside its target, which the rename replaces); a device, FIFO or socket is refused
+    (``output_file``), never replaced. ``mode``: mkstemp makes 0600, an output is meant to be read by
+    others. OSError propagates (the caller names the field); no temporary file is left."""
     import os
     import tempfile
     from pathlib import Path
 
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    path = output_file(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # the folder is what cannot be written, not the temporary name
+        raise OSError(exc.errno, exc.strerror, str(path.parent)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(content)

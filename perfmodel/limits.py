@@ -11,3 +11,7 @@ MAX_BYTES = 1 << 50
 MAX_GBIT_PER_S = 1.0e6
 #: slowest NIC bandwidth per node (1 Mbit/s): below it every time overflows to infinity
 MIN_GBIT_PER_S = 1.0e-3
+
+#: a measured rate faster than this multiple of the GPU's dense peak for its precision is not a real
+#: measurement (wrong unit, wrong dtype label, TF32 timed as fp32, a per-node total, a broken timer)
+MAX_ACHIEVED_OVER_PEAK = 1.5

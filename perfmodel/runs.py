@@ -1,9 +1,10 @@
 """Measured runs (the runs schema of shared/data/README.md) -> cost-model inputs, in one batch.
 
 Only a row's configuration columns are read: never its measured columns (iteration time,
-throughput, TFLOP/s, MFU). Blank cells mean "not stated by the source" and get documented
-defaults (``DEFAULTS_DOC``); a row that cannot be costed gets status ``invalid`` (the row is
-inconsistent or lacks a required input) or ``unsupported`` (a feature the model lacks).
+throughput, TFLOP/s, MFU; the runs CSV reader, ``parsers.runs_csv``, judges those). Blank cells mean
+"not stated by the source" and get documented defaults (``DEFAULTS_DOC``); a row that cannot be costed
+gets status ``invalid`` (the row is inconsistent or lacks a required input) or ``unsupported`` (a feature
+the model lacks).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from perfmodel.errors import InputError, UnknownName
 from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays, framework_arrays, op_network_arrays
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.rules import KV_HEADS_PER_RANK, PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO23_NO_PP, ZERO_0_3_ONLY
+from perfmodel.rules import CP_SEQ, KV_HEADS_PER_RANK, PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO23_NO_PP, ZERO_0_3_ONLY
 from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
@@ -305,7 +306,7 @@ def _tp_sizes(df: pd.DataFrame, i: int, gpus: int) -> list[int]:
     ``gpus`` and its head count, and keeping whole key/value heads on a rank (every named stack needs it,
     ``rules.TP_KV_STACK``; a generic one may replicate them: tp a multiple of the key/value heads)."""
     gpn = _num(df, "gpus_per_node")[i]
-    cap = _tp_cap(str(_text(df, "gpu")[i]), int(gpn) if _whole(gpn) else None)
+    cap = _tp_cap(str(_gpu_names(df)[i]), int(gpn) if _whole(gpn) else None)
     heads = _num(df, "n_heads")[i]
     heads = int(heads) if _whole(heads) else None
     kv = _num(df, "n_kv_heads")[i]
@@ -432,13 +433,14 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
 
     framework = _text(df, "framework")
     network = _text(df, "network")
-    gpu_name = _text(df, "gpu")
+    gpu_name = _gpu_names(df)
     mlp = _text(df, "mlp")
     # a blank MLP is GPT's GELU; plain ReLU (OPT) costs as a two-matrix MLP like GELU (as transformers'
     # relu in a config.json, perfmodel.catalog.HF_ACTIVATIONS)
     mlp = np.where((mlp == "") | (mlp == "relu"), "gelu", mlp)
     mark(~np.isin(mlp, list(MLP_MATRICES)), "invalid", f"mlp: must be one of {', '.join(MLP_MATRICES)}")
     n_experts = _num(df, "n_experts")
+    mark(n_experts < 0, "invalid", "n_experts: must be >= 0 (blank, 0 or 1 for a dense model)")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
     # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
     zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())
@@ -481,6 +483,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     with np.errstate(invalid="ignore"):
         for rule in RUN_RULES:
             mark(np.asarray(rule.broken(layout), dtype=bool), "invalid", f"{rule.field}: {rule.rule}")
+        # every stack splits the sequence into cp equal parts (estimate refuses it too): no run had it otherwise
+        seq = _num(df, "seq_len")
+        mark(np.isfinite(seq) & np.asarray(CP_SEQ.broken({"seq_len": seq, "cp": cp}), dtype=bool), "invalid",
+             f"{CP_SEQ.field}: {CP_SEQ.rule}")
     with np.errstate(invalid="ignore", divide="ignore"):  # zero sizes are already marked invalid above
         mark(np.mod(_num(df, "hidden_size"), heads) != 0, "invalid", "n_heads: must divide hidden_size")
         mark(np.mod(heads, kv) != 0, "invalid", "n_kv_heads: must divide n_heads")
@@ -612,3 +618,13 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         cp_ulysses=np.zeros(n), offload_fraction=np.zeros(n),
     )
     return inputs, status, reason, recompute_given
+
+
+def _gpu_names(df: pd.DataFrame) -> np.ndarray:
+    """The ``gpu`` cells as ``load_gpu`` takes them: catalog names in lower case, a profile path as written
+    (file names are case-sensitive: a lower-cased '/data/H100.yaml' names no file)."""
+    from perfmodel.catalog import _looks_like_path
+
+    raw = df["gpu"].astype(object).where(df["gpu"].notna(), "") if "gpu" in df else pd.Series([""] * len(df))
+    cells = raw.astype(str).str.strip()
+    return np.array([c if _looks_like_path(c) else c.lower() for c in cells], dtype=object)

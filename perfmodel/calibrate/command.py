@@ -36,8 +36,8 @@ from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
-from perfmodel.errors import InputError, NothingUsable, write_file_atomic
-from perfmodel.limits import MAX_GBIT_PER_S, MIN_GBIT_PER_S
+from perfmodel.errors import InputError, NothingUsable, output_file, same_file, write_file_atomic
+from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK, MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.structured_text import dump_yaml
 
@@ -85,10 +85,6 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, 
 
 GEMM_EFFICIENCY_BOUNDS = (0.05, 1.0)
 """Range of a fitted best-shape matmul efficiency (fraction of the dense peak)."""
-
-MAX_ACHIEVED_OVER_PEAK = 1.5
-"""A GEMM row faster than this multiple of the GPU's dense peak for its dtype is not a real
-measurement (wrong unit, wrong dtype label, TF32 timed as fp32, or a broken timer)."""
 
 
 def _gemm_dtype(name) -> str:
@@ -145,6 +141,25 @@ def _write_atomic(profile: dict, out: Path) -> None:
         raise InputError("out", f"cannot write {out} ({exc.strerror or exc})") from None
 
 
+def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
+    """Refuse an ``--out`` that is one of the inputs (the profile would overwrite the measured data it
+    was fitted to) or not a regular file, and a file given twice (its points would count twice in the
+    fit). ``inputs``: option name (without ``--``) -> the paths given to it."""
+    output_file(out)
+    seen: list[tuple[str, Path]] = []
+    for option, paths in inputs.items():
+        for p in map(Path, paths):
+            if same_file(out, p):
+                raise InputError("out", f"is the --{option} input {p}; give another file for the profile",
+                                 where=str(out))
+            for other_option, q in seen:
+                if same_file(p, q):
+                    also = "" if other_option == option else f" (and to --{other_option} as {q})"
+                    raise InputError(option, f"the same file is given twice{also}: its points would count twice "
+                                     "in the fit; give each file once", where=str(p))
+            seen.append((option, p))
+
+
 def run_calibration(
     *, gpu: str, out: Path, nccl_tests=(), traces=(), logs=(), gemms=(), runs=(),
     gpus_per_node: int | None = None, scale_out_gbit_per_s: float | None = None, network: str | None = None,
@@ -165,6 +180,8 @@ def run_calibration(
         raise InputError("out", "is a folder; give a YAML file path", where=str(out))
     if not any((nccl_tests, traces, logs, gemms, runs)):
         raise InputError("inputs", "give at least one of --nccl-tests, --trace, --log, --gemm, --runs")
+    check_inputs_and_out(out, {"nccl-tests": nccl_tests, "trace": traces, "log": logs, "gemm": gemms,
+                               "runs": runs})
     inputs: list[dict] = []
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
@@ -301,7 +318,17 @@ def run_calibration(
         pairs_df = pd.read_csv(pairs) if pairs is not None else None
         fit = fit_runs(df, cal, pairs=pairs_df)
         cal = fit.calibration
-        applied_from.append("runs")
+        if fit.params:
+            applied_from.append("runs")
+        else:  # as for the other inputs: runs that identify no parameter are said, never an empty fit
+            from perfmodel.calibrate.fit_runs import MIN_ROWS_FRAMEWORK
+
+            paths = [str(p) for p, _ in parsed_runs]
+            print(f"warning: runs: no parameter is identified by the {int((~skipped).sum())} costed runs of "
+                  f"{', '.join(paths)} (a stack's kernel efficiency needs at least {MIN_ROWS_FRAMEWORK} of its "
+                  "runs; the global efficiencies need runs that exercise them): nothing fitted from them",
+                  file=sys.stderr)
+            refused += paths
 
         per_src = error_table(df, predict_runs(df, cal))[0]["mape_pct"].dropna()  # what validate reports
         start = 0

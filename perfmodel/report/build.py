@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.errors import write_file_atomic
+from perfmodel.errors import output_file, write_file_atomic
 from perfmodel.report.data import ReportData
 from perfmodel.report.document import render
 from perfmodel.report.figures import png_bytes
@@ -73,9 +73,10 @@ def write_report(data: ReportData, out_dir: str | Path) -> ReportFiles:
         files[RUNS_CSV] = _csv_bytes(data.runs, index=False)
     files[HTML_FILE] = render(data, images).encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
-    for name in files:  # a folder in the way of a file fails the report before anything is written
-        if (out / name).exists() and not (out / name).is_file():
+    for name in files:  # a folder, device or FIFO in the way of a file fails the report before anything is written
+        if (out / name).is_dir():
             raise IsADirectoryError(21, "Is a directory", str(out / name))
+        output_file(out / name)
     for name in (*PNG_FILES.values(), RUNS_CSV):
         if name not in files and (out / name).is_file():
             (out / name).unlink()

@@ -48,13 +48,14 @@ def report(
     from perfmodel.catalog import load_model
     from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.notes import job_notes
-    from perfmodel.errors import InputError, from_validation_error
+    from perfmodel.errors import InputError, from_validation_error, output_folder
     from perfmodel.report import collect, write_report
 
     try:
         if not out.strip():  # an unset shell variable, not "here": say so rather than fill the current folder
             raise InputError("out", "must name a folder (got an empty value)")
         out = Path(out)
+        output_folder(out)
         if not 1 <= top <= MAX_TOP:
             raise InputError("top", f"must be between 1 and {MAX_TOP} (got {top})")
         spec = load_model(model)
@@ -81,6 +82,8 @@ def report(
         raise typer.Exit(1)
     try:
         files = write_report(data, out)
+    except InputError as exc:  # a device, FIFO or socket where a file of the report goes
+        fail(exc)
     except OSError as exc:
         # the file that could not be written (os.replace names the target second), else the folder
         where = exc.filename2 or exc.filename or out

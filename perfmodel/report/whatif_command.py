@@ -127,14 +127,19 @@ def whatif_command(
         from perfmodel.report.figures import png_bytes
         from perfmodel.report.plots_whatif import whatif_figure
 
-        from perfmodel.errors import write_file_atomic
+        from perfmodel.errors import output_file, output_folder, write_file_atomic
 
         if out.exists() and not out.is_dir():
             fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
         files = {"whatif.png": png_bytes(whatif_figure(df)), "whatif.csv": df.to_csv(index=False).encode("utf-8")}
-        for name in files:  # a folder in the way fails before anything is written
-            if (out / name).exists() and not (out / name).is_file():
-                fail(InputError("out", "cannot write the what-if (Is a directory)", where=str(out / name)))
+        try:
+            output_folder(out)
+            for name in files:  # a folder, device or FIFO in the way fails before anything is written
+                if (out / name).is_dir():
+                    raise InputError("out", "cannot write the what-if (Is a directory)", where=str(out / name))
+                output_file(out / name)
+        except InputError as exc:
+            fail(exc)
         try:
             out.mkdir(parents=True, exist_ok=True)
             for name, content in files.items():

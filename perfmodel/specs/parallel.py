@@ -59,7 +59,10 @@ class ParallelSpec(BaseModel):
     @classmethod
     def _parse_zeropp(cls, v):
         if isinstance(v, str):
-            v = [p.strip().lower() for p in v.split(",") if p.strip()]
+            parts = [p.strip().lower() for p in v.split(",")]
+            if v.strip() and not all(parts):  # ',' or 'qwz,,hpz': a part left out, not "no ZeRO++"
+                raise ValueError("has an empty item: give a comma list of qwz, hpz, qgz, or leave it out for none")
+            v = [p for p in parts if p]
         twice = sorted({p for p in (v or []) if list(v).count(p) > 1}) if isinstance(v, (list, tuple)) else []
         if twice:
             raise ValueError(f"lists {', '.join(twice)} more than once")

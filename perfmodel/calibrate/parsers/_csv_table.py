@@ -39,6 +39,11 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
             lines.append(reader.line_num)
     if header is None:
         raise InputError("csv header", "file is empty (no header line)", f"{path}:1")
+    if len(header) == 1:
+        for sep, name in ((";", "';'"), ("\t", "tab")):
+            if sep in header[0]:  # a spreadsheet's export in a locale whose decimal mark is the comma
+                raise InputError("csv header", f"one column named {header[0][:60]!r}: is it {name}-separated? "
+                                 "perfmodel reads comma-separated CSV", f"{path}:{header_line}")
     require_unique_columns(header, path, header_line)
     return pd.DataFrame(rows, columns=header, dtype=object), lines, header_line
 

@@ -111,6 +111,10 @@ def _load(path: Path) -> dict:
         raise InputError("trace", "nested too deeply to be a Chrome trace", f"{path}:1") from None
     except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError; a cut gzip an EOFError
         raise InputError("trace", f"cannot read as (gzipped) JSON text: {e}", f"{path}:1") from None
+    if isinstance(doc, dict) and "traceEvents" in doc and not isinstance(doc["traceEvents"], list):
+        kinds = {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+        kind = kinds.get(type(doc["traceEvents"]), "a number")
+        raise InputError("traceEvents", f"must be a list of events (got {kind})", f"{path}:1")
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise InputError("traceEvents", "missing: not a Chrome trace (expected an object with "
                          "a 'traceEvents' list)", f"{path}:1")

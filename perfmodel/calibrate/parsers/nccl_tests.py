@@ -134,7 +134,7 @@ def _header_columns(tokens: list[str]) -> list[str] | None:
             seen_time += 1
         side = "oop" if seen_time <= 1 else "ip"
         metric = {"time": "time_us", "algbw": "algbw_gb_per_s", "busbw": "busbw_gb_per_s",
-                  "wrong": "wrong", "error": "wrong", **_SIDE_EXTRAS}.get(name)
+                  "wrong": "wrong", "error": "error", **_SIDE_EXTRAS}.get(name)
         if metric is None:
             return None
         out.append(f"{side}_{metric}")
@@ -173,7 +173,7 @@ def _cell(token: str, column: str, where: str) -> float | int | str:
     if column in _TEXT_COLUMNS:
         return token
     if token.upper() == "N/A":
-        if column.startswith("ip_") or column.endswith("_wrong") or _is_extra(column):
+        if column.startswith("ip_") or column.endswith(("_wrong", "_error")) or _is_extra(column):
             return np.nan
         raise InputError(column, "is N/A; nccl-tests prints a number here (only the in-place and "
                          "#wrong columns may be N/A)", where)
@@ -290,10 +290,34 @@ def _nccl_version(text: str) -> str | None:
     return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
+def _drop_wrong(rows: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``rows`` less those whose ``#wrong`` count is above 0: nccl-tests' own check found elements of the
+    result wrong, so the time is not that of a correct collective. Said in one ``note:`` line; a table
+    with no row left is refused (InputError), never fitted."""
+    import sys
+
+    wrong = np.zeros(len(rows), dtype=bool)
+    for col in ("oop_wrong", "ip_wrong"):
+        if col in rows:
+            wrong |= (pd.to_numeric(rows[col], errors="coerce").fillna(0) > 0).to_numpy()
+    if not wrong.any():
+        return rows
+    if wrong.all():
+        raise InputError("#wrong", f"every row ({len(rows)}) failed nccl-tests' correctness check (#wrong > 0): "
+                         "these times are not of a correct collective; rerun the benchmark", where)
+    print(f"note: {where}: {int(wrong.sum())} of {len(rows)} rows dropped: nccl-tests' correctness check failed "
+          "on them (#wrong > 0)", file=sys.stderr)
+    return rows[~wrong].reset_index(drop=True)
+
+
 def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data: list[list],
             columns: list[str], first_line: int, avg: float | None,
             file_version: str | None) -> NcclTestsResult:
     rows = pd.DataFrame(data, columns=columns)
+    rows = _drop_wrong(rows, f"{path}:{first_line}")
+    # the older layouts' 'error' column: the largest deviation from the expected result, where float
+    # reductions print their rounding (1e-07): not a failure count, kept as the column it replaced
+    rows = rows.rename(columns={"oop_error": "oop_wrong", "ip_error": "ip_wrong"})
     time_column = "cputime" if "oop_cputime_us" in rows else "time"
     if time_column == "cputime":
         rows = _time_from_algbw(rows)

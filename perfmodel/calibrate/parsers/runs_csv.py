@@ -29,6 +29,11 @@ FLOAT_COLUMNS = ["scale_out_gbit_per_s_per_node", "iteration_time_s", "tokens_pe
 #: the measured columns, in the schema's order of preference for ``target`` (data/README.md)
 MEASURED_COLUMNS = ["tokens_per_s_per_gpu", "iteration_time_s", "tflops_per_gpu", "mfu", "hfu"]
 TARGETS = MEASURED_COLUMNS[:4]
+#: measured columns a run cannot have at 0: it processed tokens and its step took time (MFU may print as a
+#: rounded 0)
+POSITIVE_COLUMNS = ["tokens_per_s_per_gpu", "iteration_time_s"]
+#: measured columns that are fractions of the peak (data/README.md: "fraction 0..1")
+FRACTION_COLUMNS = ["mfu", "hfu"]
 TEXT_COLUMNS = ["run_id", "source", "model_name", "mlp", "gpu", "network", "zeropp",
                 "recompute", "precision", "framework", "target", "derived_fields", "notes"]
 # Column order of the schema (data/README.md "Schema").
@@ -60,16 +65,82 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     for col in [c for c in df.columns if c not in INT_COLUMNS + FLOAT_COLUMNS]:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
         df[col] = cells.where(cells != "", np.nan)
-    # a measurement is not negative (a printed 0% MFU is a rounded one), and the target names a measured column
+    # a measurement is not negative (a printed 0% MFU is a rounded one), a throughput or a step time is not
+    # 0 (no run takes no time), a utilization is a fraction (45 is a percent typed where 0.45 belongs), and
+    # the target names a measured column
     for col in MEASURED_COLUMNS:
         for i in np.flatnonzero((df[col] < 0).to_numpy()):
-            note = f"{col}: a measurement cannot be negative (got {df[col].iloc[i]:g})"
-            row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
+            _note(row_errors, i, f"{col}: a measurement cannot be negative (got {df[col].iloc[i]:g})")
+    for col in POSITIVE_COLUMNS:
+        for i in np.flatnonzero((df[col] == 0).to_numpy()):
+            _note(row_errors, i, f"{col}: must be > 0 (got 0)")
+    for col in FRACTION_COLUMNS:
+        for i in np.flatnonzero((df[col] > 1).to_numpy()):
+            _note(row_errors, i, f"{col}: must be a fraction from 0 to 1 (got {df[col].iloc[i]:g}; a percent "
+                  f"would be {df[col].iloc[i] / 100:g})")
+    _check_tflops(df, row_errors)
     bad_target = df["target"].notna() & ~df["target"].isin(TARGETS)
     for i in np.flatnonzero(bad_target.to_numpy()):
-        note = f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})"
-        row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
+        _note(row_errors, i, f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})")
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
+    note_unknown_columns(extras, path, header_line)
     out = df[SCHEMA_COLUMNS + extras].copy()
     out[ROW_ERRORS] = row_errors
     return out
+
+
+def _note(row_errors: list[str], i: int, note: str) -> None:
+    """Add ``note`` to row ``i``'s errors (the row is ``invalid``; the file still reads)."""
+    row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
+
+
+def note_unknown_columns(columns: list[str], path, header_line: int) -> None:
+    """One ``note:`` line on stderr naming the columns the runs schema does not have: they are kept but
+    read by nothing, so a misspelled one (``zero-stage``) would silently leave its cells to the defaults.
+    The closest schema name is suggested where there is one."""
+    import difflib
+    import sys
+
+    if not columns:
+        return
+    shown = []
+    for c in columns:
+        key = str(c).strip().lower().replace("-", "_").replace(" ", "_")
+        close = [key] if key in SCHEMA_COLUMNS else difflib.get_close_matches(key, SCHEMA_COLUMNS, n=1, cutoff=0.75)
+        shown.append(f"{c!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    print(f"note: {path}:{header_line}: column(s) not in the runs schema, ignored: {', '.join(shown)}",
+          file=sys.stderr)
+
+
+def _check_tflops(df: pd.DataFrame, row_errors: list[str]) -> None:
+    """A ``tflops_per_gpu`` above ``MAX_ACHIEVED_OVER_PEAK`` x the GPU's dense peak in the row's precision
+    (blank: the GPU's default) is not a per-GPU measurement (a per-node or cluster total, another unit), as
+    for a GEMM benchmark row (``calibrate.command.check_gemm_rows``). Rows whose GPU or precision has no
+    profile are left to the model's own checks."""
+    from perfmodel.catalog import _looks_like_path, load_gpu
+    from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK
+    from perfmodel.specs.job import Precision
+    from typing import get_args
+
+    specs: dict[str, object] = {}
+    for i in np.flatnonzero(df["tflops_per_gpu"].notna().to_numpy()):
+        gpu = str(df["gpu"].iloc[i]).strip() if isinstance(df["gpu"].iloc[i], str) else ""
+        gpu = gpu if _looks_like_path(gpu) else gpu.lower()
+        if gpu not in specs:
+            try:
+                specs[gpu] = load_gpu(gpu) if gpu else None
+            except InputError:  # an unknown GPU or a broken profile: the row says so when it is costed
+                specs[gpu] = None
+        spec = specs[gpu]
+        if spec is None:
+            continue
+        cell = df["precision"].iloc[i]
+        precision = cell.strip().lower() if isinstance(cell, str) and cell.strip() else spec.default_precision
+        if precision not in get_args(Precision):
+            continue
+        peak = spec.peak_flop_per_s(precision)
+        tflops = float(df["tflops_per_gpu"].iloc[i])
+        if tflops * 1e12 > MAX_ACHIEVED_OVER_PEAK * peak:
+            _note(row_errors, i, f"tflops_per_gpu: more than {MAX_ACHIEVED_OVER_PEAK}x the {spec.name} dense "
+                  f"{precision} peak ({tflops:,.4g} > {MAX_ACHIEVED_OVER_PEAK} x {peak / 1e12:,.0f} TFLOP/s): "
+                  "not a per-GPU measurement (check the unit)")

@@ -113,6 +113,23 @@ def _check_time(time_s: float, where: str) -> None:
         raise InputError("iteration_time_s", f"must be a finite time > 0 (got {time_s:g} s)", where)
 
 
+def _drop_truncated_last(rows: list[dict], fields: dict[int, int], last_line: int, path: Path) -> list[dict]:
+    """``rows`` less the last line of a file that ends without a line break when it is an iteration line
+    with fewer fields than every other line of its format: a log copied or read while being written ends
+    mid-line ("... per iteration (ms): 59" cut from 5912.3), and its number is not a measurement. Said in
+    one ``note:`` line."""
+    import sys
+
+    if not rows or rows[-1]["line"] != last_line or last_line not in fields:
+        return rows
+    others = [fields[r["line"]] for r in rows[:-1] if r["framework"] == rows[-1]["framework"] and r["line"] in fields]
+    if not others or fields[last_line] >= min(others):
+        return rows
+    print(f"note: {path}:{last_line}: last line ignored: it has fewer fields than the other {rows[-1]['framework']} "
+          "iteration lines (a log cut mid-line)", file=sys.stderr)
+    return rows[:-1]
+
+
 def parse_training_log(path: str | Path) -> pd.DataFrame:
     """One row per iteration line, columns ``COLUMNS``; NaN where a line lacks a field.
 
@@ -120,8 +137,14 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     rows: list[dict] = []
+    fields: dict[int, int] = {}  # a one-line row's 'name: value' fields, by its line number
+    last_line = 0  # the last line with text
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
-    for lineno, raw in enumerate(read_text_file(path, "log", errors="replace").splitlines(), start=1):
+    log_text = read_text_file(path, "log", errors="replace")
+    # a file that ends without a line break was cut (copied or read while being written)
+    cut = bool(log_text) and not log_text.endswith("\n")
+    for lineno, raw in enumerate(log_text.splitlines(), start=1):
+        last_line = lineno if raw.strip() else last_line
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
         text = strip_launcher_prefix(_ANSI_RE.sub("", raw))
         step = _PROFILE_STEP.search(text)
@@ -154,6 +177,9 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
         if row is not None:
             _check_row(row, f"{path}:{lineno}")
             rows.append(row)
+            fields[lineno] = text.count(":")
+    if cut:
+        rows = _drop_truncated_last(rows, fields, last_line, path)
     if not rows:
         raise InputError("training log", "no iteration lines found (expected "
                          "Megatron/DeepSpeed/torchtitan format)", f"{path}:1")
