@@ -35,7 +35,7 @@ def test_gpt_neox_20b_against_its_paper():
     reported = _reported_tokens_per_s_per_gpu()
     assert reported == pytest.approx(687, abs=1)
     assert est.fits
-    # within 10% (the uncalibrated kernel rate, 1.0 instead of Megatron-DeepSpeed's fit, gives +15%)
+    # within 10% (the uncalibrated kernel rate, 1.0 instead of Megatron-DeepSpeed's fit, gives +18%)
     assert est.tokens_per_s_per_gpu == pytest.approx(reported, rel=0.10)
     uncal = pm.estimate(NEOX_20B, cluster, par, job, calibration=Calibration())
     assert abs(est.tokens_per_s_per_gpu / reported - 1) < abs(uncal.tokens_per_s_per_gpu / reported - 1)
