@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from perfmodel.costs.comm import OPS, collective_time_s, congestion_factor, group_placement
+from perfmodel.costs.comm import OPS, collective_time_s, congestion_factor, group_layout
 from perfmodel.costs.compute import (
     FLASH_MAX_HEAD_DIM, HEAD_DIM_ALIGN, elementwise_time_s, flash_attention_efficiency, gemm_time_s,
 )
@@ -154,8 +154,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Two-tier collective on the cluster described by ``net`` (f64, or a subset of it)."""
         key = (id(n), id(stride), id(net))
         if key not in placements:
-            placements[key] = (n, stride, group_placement(n, stride, net["nvlink_domain_gpus"], net["job_gpus"],
-                                                           lined_up))
+            placements[key] = (n, stride, group_layout(n, stride, net["nvlink_domain_gpus"], net["job_gpus"], lined_up))
         def v(name):  # the fabric's value for this collective, where its calibration has one of its own
             return net.get(f"{op}.{name}", net[name])
 

@@ -89,6 +89,11 @@ def _worst_block(span, D, N, s):
 
 
 def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
+    """(ranks in the worst-placed group's smallest domain piece, domains it spans): see ``group_layout``."""
+    return group_layout(group_size, stride, domain_gpus, job_gpus, lined_up)[:2]
+
+
+def group_layout(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
     """(ranks per NVLink domain, domains spanned) of the worst-placed group of ``group_size`` ranks at
     the placement ``stride`` -- a synchronous collective runs at its slowest group's pace.
 
@@ -99,14 +104,16 @@ def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=F
     * Otherwise some block straddles a boundary and the worst one sets the pace (``_worst_block``):
       TP 4 on 6-GPU nodes, ranks 4-7 sit 2 + 2 on two nodes; DP 128 as the whole job on NVL72 racks,
       72 + 56; TP 16 on 144 GB200s, ranks 64-79 sit 8 + 8.
-    ``lined_up``: the caller knows every block lines up (power-of-two sizes and domains): no test."""
+    ``lined_up``: the caller knows every block lines up (power-of-two sizes and domains): no test.
+    A third value is the fullest domain's rank count, which paces the NVLink phase: the smallest
+    piece's where every block lines up (the same array), else as many ranks as a domain holds."""
     n = np.asarray(group_size, dtype=float)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
     D = np.asarray(domain_gpus, dtype=float)
     k = np.clip(np.floor(D / s), 1.0, np.maximum(n, 1.0))
     n_domains = np.maximum(n / k, 1.0)
     if lined_up:
-        return k, n_domains
+        return k, n_domains, k
     N = np.asarray(job_gpus, dtype=float)
     span = n * s
     # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point)
@@ -118,9 +125,11 @@ def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=F
         k_w, dom_w = _worst_block(span_b, D_b, N_b, s_b)
         k, n_domains = np.array(np.broadcast_to(k, shape)), np.array(np.broadcast_to(n_domains, shape))
         where = np.broadcast_to(misfit, shape)
+        k_full = k.copy()  # a domain's share where the block lines up; the fullest piece's where it straddles
         k[where] = np.minimum(k_w, np.broadcast_to(n, shape)[where])
         n_domains[where] = np.minimum(dom_w, np.broadcast_to(np.maximum(n, 1.0), shape)[where])
-    return k, n_domains
+        return k, n_domains, np.maximum(k_full, k)
+    return k, n_domains, k
 
 
 def members_per_domain(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
@@ -161,10 +170,15 @@ def collective_time_s(
     """Time of one collective of nccl-tests size S on a group of ``group_size`` ranks.
 
     The keyword-only refinements are described in the module docstring; their defaults give
-    the plain two-tier model. ``placement``: the group's (members per domain, domains spanned) when
-    the caller has them already (``group_placement``), so several collectives of one group share them."""
+    the plain two-tier model. ``placement``: the group's (members per domain, domains spanned[, fullest
+    domain's members]) when the caller has them already (``group_layout``), so several collectives of one
+    group share them."""
     n = np.asarray(group_size, dtype=float)
-    k, n_domains = placement if placement is not None else group_placement(n, stride, domain_gpus, job_gpus)
+    where = placement if placement is not None else group_layout(n, stride, domain_gpus, job_gpus)
+    # the NVLink phase runs in every domain the group touches at once: the fullest one (as many ranks as a
+    # domain holds, at most n) paces it, while the smallest piece's NICs pace the cross-domain phase
+    # (14 ranks as 8 + 6: the NVLink phase is 8 ranks', as on one full node, the NIC phase 6 ranks')
+    k, n_domains, k_full = where if len(where) == 3 else (*where, where[0])
     crosses = n_domains > 1.0
     ratio = np.asarray(ll_bandwidth_ratio, dtype=float)
     ll_on = crosses & (ratio > 0)
@@ -177,12 +191,6 @@ def collective_time_s(
         # NCCL runs small point-to-point transfers with its low-latency protocol too, large ones with Simple
         t = np.where(ll_on, np.minimum(t, size_bytes / (bw * ratio) + ll_latency_s), t)
         return np.where(n > 1, t, 0.0)
-    # the NVLink phase runs in every domain the group touches at once: the fullest one (as many ranks as a
-    # domain holds, at most n) paces it, while the smallest piece's NICs pace the cross-domain phase
-    # (14 ranks as 8 + 6: the NVLink phase is 8 ranks', as on one full node, the NIC phase 6 ranks')
-    k_full = np.clip(np.floor(np.asarray(domain_gpus, dtype=float) / np.maximum(np.asarray(stride, dtype=float), 1.0)),
-                     1.0, np.maximum(n, 1.0))
-    k_full = np.where(crosses, np.maximum(k_full, k), k)
     if op == "all_to_all":
         # each rank sends S/n to every other rank; (n-k)/n of S leaves the domain on its own NIC
         intra = (k_full - 1.0) / n * size_bytes / nvlink_bytes_per_s

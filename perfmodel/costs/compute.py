@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 #: output tiles (rows x columns of C) the GEMM may run with: the large tile of cuBLAS's most efficient
-#: kernels and two smaller ones it falls back to for small or oddly sized GEMMs
+#: kernels and two smaller ones it falls back to for small or oddly sized GEMMs (``wave_efficiency``
+#: writes the three out, in units of the smallest)
 TILES = ((128, 256), (128, 128), (64, 128))
 KERNEL_LAUNCH_S = 4e-6  # per kernel, fixed overhead (launch + tail), typical CUDA figure
 
@@ -27,11 +28,12 @@ def wave_efficiency(m, n, n_sms):
     waves x SMs x tile_m x tile_n, where waves = ceil(tiles / SMs). The time a tile choice gives,
     2 k waves SMs tile_m tile_n / rate, never falls as m or n grows (a partly filled tile costs a full one)."""
     m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
-    best = np.zeros(np.broadcast(m, n, n_sms).shape)
-    for tile_m, tile_n in TILES:
-        waves = np.ceil(np.ceil(m / tile_m) * np.ceil(n / tile_n) / n_sms)
-        best = np.maximum(best, m * n / (waves * n_sms * tile_m * tile_n))
-    return best
+    # the padded work of each tile choice, in units of 64 x 128 tiles per SM: the least wins
+    rows64, rows128 = np.ceil(m / 64.0), np.ceil(m / 128.0)
+    cols128, cols256 = np.ceil(n / 128.0), np.ceil(n / 256.0)
+    padded = np.minimum(np.minimum(np.ceil(rows128 * cols256 / n_sms) * 4.0, np.ceil(rows128 * cols128 / n_sms) * 2.0),
+                        np.ceil(rows64 * cols128 / n_sms))
+    return m * n / (padded * n_sms * (64.0 * 128.0))
 
 
 def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0):
