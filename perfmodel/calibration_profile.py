@@ -253,6 +253,8 @@ def _load(path_str: str) -> Calibration:
     path = Path(path_str)
     text = read_text_file(path, "calibration")
     data = load_yaml(text, "calibration", str(path))
+    if data is None:  # an empty file is the empty profile: datasheet numbers only
+        data = {}
     if not isinstance(data, dict):
         raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
     data = _lower_case_networks(data, str(path))

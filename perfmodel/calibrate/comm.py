@@ -170,8 +170,12 @@ def comm_command(
     except InputError as exc:
         fail(exc)
         return
+    from perfmodel.notes import network_note
+
+    notes = [n for n in (network_note(network, cal),) if n]  # a fabric without a fit: said, never silent
     if as_json:
-        typer.echo(json.dumps(out))
+        # CONTRACT's three keys, and "notes" only where there is one to say
+        typer.echo(json.dumps({**out, "notes": notes} if notes else out))
         return
     rows = [
         ("op", op),
@@ -187,3 +191,5 @@ def comm_command(
         rows.append(("protocol", protocol))
     width = max(len(k) for k, _ in rows)
     typer.echo("\n".join(f"  {k:<{width}}  {v}" for k, v in rows))
+    for note in notes:
+        typer.echo(f"note: {note}")

@@ -89,6 +89,10 @@ class SearchResult:
                 row["cp_kind"] = str(rec["cp_kind"])
             if "offload_fraction" in rec:
                 row["offload_fraction"] = float(rec["offload_fraction"])
+            # the value the candidates were ranked by, where the objective is not throughput
+            for k in ("time_to_train_s", "cost_usd"):
+                if k in rec and rec[k] == rec[k]:
+                    row[k] = float(rec[k])
             rows.append(row)
         out = {
             "n_evaluated": int(self.n_evaluated),

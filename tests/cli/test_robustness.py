@@ -281,3 +281,39 @@ def test_bad_measurements_and_partial_outputs(tmp_path):
     assert res.returncode == 1 and not out.exists()
     (tmp_path / "file").write_text("")
     assert_one_error(run("whatif", *BASE, "--vary", "gpus=8,16", "--out", str(tmp_path / "file")), "out: is a file")
+
+
+def test_recommend_json_gives_the_value_it_ranked_by():
+    """--objective cost / time-to-train: each top entry of --json carries cost_usd and time_to_train_s,
+    which the text table prints ('cost $', 'train h'); a script could not get them before."""
+    import json as _json
+
+    args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--objective", "cost", "--train-tokens", "1e12", "--usd-per-gpu-hour", "2",
+            "--json", "--top", "3"]
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    top = _json.loads(r.stdout)["top"]
+    costs = [t["cost_usd"] for t in top]
+    assert costs == sorted(costs) and all(c > 0 for c in costs)
+    # cost = GPUs x hours x price, hours = tokens / (tokens/s/GPU x GPUs)
+    t0 = top[0]
+    assert t0["time_to_train_s"] == pytest.approx(1e12 / (t0["tokens_per_s_per_gpu"] * 8))
+    assert t0["cost_usd"] == pytest.approx(8 * t0["time_to_train_s"] / 3600 * 2)
+    plain = _json.loads(run(*args[:11], "--json").stdout)["top"][0]
+    assert "cost_usd" not in plain
+
+
+def test_comm_says_when_the_fabric_has_no_calibration_entry():
+    """A --network without a fit runs at datasheet rates: comm says so (text note, JSON 'notes') as estimate
+    does, so a typo in 'efa' does not change the answer silently."""
+    import json as _json
+
+    base = ["comm", "--op", "all_reduce", "--bytes", "1048576", "--gpus", "16", "--gpus-per-node", "8",
+            "--gpu", "h100-sxm5-80gb"]
+    bogus = _json.loads(run(*base, "--network", "Bogus net", "--json").stdout)
+    assert {"time_s", "algbw_gb_per_s", "busbw_gb_per_s"} <= set(bogus)
+    assert len(bogus["notes"]) == 1 and "'Bogus net' has no calibration entry" in bogus["notes"][0]
+    assert set(_json.loads(run(*base, "--network", "efa", "--json").stdout)) == {
+        "time_s", "algbw_gb_per_s", "busbw_gb_per_s"}  # CONTRACT's keys exactly when there is nothing to say
+    assert "note: network 'Bogus net'" in run(*base, "--network", "Bogus net").stdout

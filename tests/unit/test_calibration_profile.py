@@ -197,3 +197,18 @@ def test_calibration_from_must_name_a_catalog_gpu(tmp_path):
     bad.write_text(_yaml.safe_dump({**data, "name": "my-gpu", "calibration_from": "h100-typo"}))
     with pytest.raises(InputError, match=r"gpu\.calibration_from: must name a catalog GPU"):
         pm.load_gpu(str(bad))
+
+
+def test_an_empty_calibration_file_is_the_empty_profile(tmp_path):
+    """The README's 'before any calibration' numbers come from `--calibration` of an empty profile: an empty
+    file is that profile (datasheet numbers only), not an error."""
+    import perfmodel as pm
+    from perfmodel.calibration_profile import Calibration
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    cal = load_calibration(empty)
+    assert cal == Calibration()
+    args = (pm.load_model("llama3-8b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8),
+            pm.ParallelSpec(dp=8), pm.JobSpec(global_batch=8, seq_len=4096))
+    assert pm.estimate(*args, cal).iteration_time_s == pm.estimate(*args, Calibration()).iteration_time_s

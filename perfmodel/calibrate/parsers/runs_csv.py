@@ -13,8 +13,10 @@ import pandas as pd
 from perfmodel.errors import InputError
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
 
-REQUIRED_COLUMNS = ["run_id", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads",
-                    "seq_len", "gpu", "n_gpus", "tp", "pp", "dp", "global_batch"]
+#: the columns a runs CSV must have: those without which no row can be costed (perfmodel.runs.REQUIRED);
+#: every other schema column may be left out, which reads as a column of blank cells (documented defaults;
+#: a row with neither its GPU count nor its layout is invalid, not the file)
+REQUIRED_COLUMNS = ["run_id", "n_layers", "hidden_size", "seq_len", "gpu"]
 #: a row's cells that could not be read as numbers (the row is ``invalid``, the file still reads)
 ROW_ERRORS = "_row_errors"
 INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
