@@ -38,8 +38,9 @@ NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv"
 #: collective latencies, not the kernel efficiencies its own measurements may state
 SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
 #: what a stack takes from the calibration of the stack it is built on (FrameworkProfile.calibration_from):
-#: the kernels' efficiency, not the overheads and overlaps of its own schedule
-FRAMEWORK_SIBLING_KEYS = frozenset({"kernel_efficiency"})
+#: the kernels' efficiency and the per-micro-batch cost of the engine both run (GPT-NeoX and Megatron-DeepSpeed:
+#: DeepSpeed's pipeline engine), not the other overheads and overlaps of its own schedule
+FRAMEWORK_SIBLING_KEYS = frozenset({"kernel_efficiency", "microbatch_overhead_s"})
 #: what a stack takes from the calibration of the stack whose ZeRO-3 engine it trains through
 #: (FrameworkProfile.zero3_engine): that engine's fitted overlap and per-step latency
 ZERO3_ENGINE_KEYS = frozenset({"zero3_overlap", "zero3_step_latency_s"})

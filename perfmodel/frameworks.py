@@ -135,8 +135,9 @@ class FrameworkProfile(BaseModel):
         None, description="The stack whose ZeRO-3 engine this one trains through: its zero3_overlap and "
         "zero3_step_latency_s, as a calibration fits them there, are this one's too (the same stage-3 code).")
     calibration_from: str | None = Field(
-        None, description="The stack this one is built on: where a calibration fits no kernel_efficiency for this "
-        "one, it runs at that stack's fitted value (the same kernels), not at the uncalibrated 1.0.")
+        None, description="The stack this one is built on: where a calibration fits no kernel_efficiency (or "
+        "microbatch_overhead_s) for this one, it runs at that stack's fitted value (the same kernels and pipeline "
+        "engine), not at the uncalibrated one.")
     source: str = ""
 
 

@@ -298,7 +298,8 @@ def _fill_blank_layout(df: pd.DataFrame) -> pd.DataFrame:
 def _split(df: pd.DataFrame, i: int) -> dict:
     """Row ``i``'s layer count and stated vpp: what a pipeline split must respect (``_stages_ok``)."""
     layers, vpp = _num(df, "n_layers")[i], _num(df, "vpp")[i]
-    return {"n_layers": int(layers) if _whole(layers) else None, "vpp": int(vpp) if _whole(vpp) else 1}
+    return {"n_layers": int(layers) if _whole(layers) else None, "vpp": int(vpp) if _whole(vpp) else 1,
+            "framework": _text(df, "framework")[i]}
 
 
 def _tp_sizes(df: pd.DataFrame, i: int, gpus: int) -> list[int]:
@@ -318,13 +319,13 @@ def _tp_sizes(df: pd.DataFrame, i: int, gpus: int) -> list[int]:
 
 
 def _stages_ok(split: dict, pp: int) -> bool:
-    """pp stages split the layers as estimate requires (and a stated vpp > 1, which needs a pipeline,
-    divides each stage's)."""
+    """pp stages split the layers as the row's stack can (estimate's PP_LAYERS: evenly, unless the stack splits
+    them unevenly), and a stated vpp > 1, which needs a pipeline, divides each stage's."""
     if split["vpp"] > 1 and pp == 1:
         return False
     if split["n_layers"] is None:
         return True
-    x = {"n_layers": split["n_layers"], "pp": pp, "vpp": split["vpp"]}
+    x = {"n_layers": split["n_layers"], "pp": pp, "vpp": split["vpp"], "framework": split["framework"]}
     return not bool(PP_LAYERS.broken(x)) and not (pp > 1 and bool(VPP_LAYERS.broken(x)))
 
 

@@ -220,7 +220,7 @@ def pair_inputs(df, calibration=None):
     """Batched STEP_INPUTS for the pairs: rows 0..n-1 ZeRO-3, n..2n-1 ZeRO++ (all three parts),
     and the reported-FLOPs per GPU per step of each row."""
     from perfmodel.estimate import build_inputs, check_config
-    from perfmodel.step import STEP_INPUTS
+    from perfmodel.step import stack_inputs
 
     calibration = eval_calibration(calibration)
     rows, flops = [], []
@@ -230,8 +230,7 @@ def pair_inputs(df, calibration=None):
             check_config(m, c, p, j)
             rows.append(build_inputs(m, c, p, j, calibration))
             flops.append(megatron_deepspeed_flops(m.n_layers, m.hidden_size, j.seq_len, m.vocab_size, p.micro_batch))
-    x = {k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS}
-    return x, np.array(flops)
+    return stack_inputs(rows), np.array(flops)
 
 
 def predict_pairs(df, calibration=None, overrides: dict | None = None):

@@ -17,7 +17,8 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
 * per fabric with data (e.g. EFA): congestion_nodes; and tp_internode_efficiency for a fabric with
   at least 100 cross-node TP runs while other fabrics' runs still inform the shared value;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
-  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s.
+  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s (100+ rows), or
+  microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes).
 
 Never a constant per row; a row's measured value is used only in its own residual.
 """
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS, Calibration
+from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS, ZERO3_ENGINE_KEYS, Calibration
 from perfmodel.frameworks import PROFILES
 from perfmodel.runs import runs_to_inputs
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
@@ -56,6 +57,11 @@ GLOBAL_PARAMS = {
 ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
 MIN_ROWS_FRAMEWORK = 5
 MIN_ROWS_OVERHEADS = 100
+#: a framework with fewer rows still identifies its per-micro-batch overhead where its runs vary the
+#: micro-batch size enough (BLOOM's Megatron-DeepSpeed runs: 80 rows, micro-batches 1 to 8, measured faster
+#: with larger micro-batches where the bubble and the GEMMs alone would make them slower)
+MIN_ROWS_MICROBATCH_OVERHEAD = 50
+MIN_MICRO_BATCH_SIZES = 3
 
 
 @dataclass(frozen=True)
@@ -181,6 +187,9 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         if cnt >= MIN_ROWS_OVERHEADS:
             for p, b in OVERHEAD_PARAMS.items():
                 add("framework", fw, p, b)
+        elif cnt >= MIN_ROWS_MICROBATCH_OVERHEAD and np.unique(
+                inputs["micro_batch"][ok & (framework == fw)]).size >= MIN_MICRO_BATCH_SIZES:
+            add("framework", fw, "microbatch_overhead_s", OVERHEAD_PARAMS["microbatch_overhead_s"])
         n_z3 = int((ok & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] * inputs["cp"] > 1)).sum())
         if fw == "deepspeed" and pairs is not None:
             n_z3 += 2 * len(pairs)
@@ -213,6 +222,12 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     sibling_of = {fw: PROFILES[fw].calibration_from for fw in np.unique(framework)
                   if fw not in fitted and PROFILES[fw].calibration_from in fitted}
     sibling_owner = np.array([sibling_of.get(fw, fw) for fw in framework], dtype=object)
+    # likewise a stack on another's ZeRO-3 engine (FrameworkProfile.zero3_engine: Megatron-DeepSpeed and
+    # GPT-NeoX on DeepSpeed's) runs at, and informs, that engine's fitted ZeRO-3 values
+    fitted_z3 = {key for kind, key, p in names if kind == "framework" and p in ZERO3_ENGINE_KEYS}
+    engine_of = {fw: PROFILES[fw].zero3_engine for fw in np.unique(framework)
+                 if fw in PROFILES and fw not in fitted_z3 and PROFILES[fw].zero3_engine in fitted_z3}
+    engine_owner = np.array([engine_of.get(fw, fw) for fw in framework], dtype=object)
 
     def apply(x):
         arrs = dict(inputs)
@@ -227,7 +242,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             elif kind == "global":
                 arrs[p] = np.full(len(df), v)
             elif kind == "framework":
-                owner = sibling_owner if p in FRAMEWORK_SIBLING_KEYS else framework
+                owner = (sibling_owner if p in FRAMEWORK_SIBLING_KEYS
+                         else engine_owner if p in ZERO3_ENGINE_KEYS else framework)
                 arrs[p] = np.where(owner == key, v, arrs[p])
         for (kind, key, p), v in zip(names, x):
             if kind == "network" and p == "congestion_nodes":

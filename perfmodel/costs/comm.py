@@ -64,15 +64,16 @@ def op_factor(op: str, n):
 
 
 def _worst_block(span, D, N, s):
-    """(ranks in the smallest domain piece, domains touched) of the worst-placed block of ``span``
-    consecutive GPUs among the blocks that tile a job of N GPUs on domains of D (arrays of one shape).
+    """(ranks in the smallest domain piece, domains touched, ranks in the largest piece) of the worst-placed
+    block of ``span`` consecutive GPUs among the blocks that tile a job of N GPUs on domains of D (arrays of
+    one shape).
     Block j starts at j span: its pieces are the rest of the domain it starts in, whole domains, and
     the start of the last one. Start offsets repeat every D / gcd(span, D) blocks, so at most that
     many (72 on NVL72) are walked, and no more than the job holds."""
     g = np.gcd(np.maximum(np.rint(span).astype(np.int64), 1), np.maximum(np.rint(D).astype(np.int64), 1))
     blocks = np.where(np.isfinite(N), np.floor(np.where(np.isfinite(N), N, 0.0) / span), np.inf)
     walk = np.maximum(np.minimum(blocks, D / g), 1.0)
-    least, touched = np.full(span.shape, np.inf), np.ones(span.shape)
+    least, touched, most = np.full(span.shape, np.inf), np.ones(span.shape), np.zeros(span.shape)
     for j in range(int(walk.max()) if walk.size else 0):
         active = j < walk
         start = np.mod(j * span, D)
@@ -84,8 +85,11 @@ def _worst_block(span, D, N, s):
         piece = np.where(full > 0, np.minimum(piece, D), piece)
         domains = 1.0 + full + (last > 0)
         worse = active & ((piece < least) | ((piece == least) & (domains > touched)))
+        largest = np.maximum(np.maximum(first, np.where(full > 0, D, 0.0)), last)
         least, touched = np.where(worse, piece, least), np.where(worse, domains, touched)
-    return np.maximum(np.floor(least / s), 1.0), touched
+        most = np.where(worse, largest, most)
+    # ranks sit every s GPUs: a piece of p GPUs holds floor(p / s) or ceil(p / s) of them
+    return np.maximum(np.floor(least / s), 1.0), touched, np.maximum(np.ceil(most / s), 1.0)
 
 
 def group_placement(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=False):
@@ -122,13 +126,17 @@ def group_layout(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=Fals
     if np.any(misfit):  # rare: power-of-two layouts on 8-GPU nodes never are
         shape = np.broadcast(n, s, D, N).shape
         span_b, D_b, N_b, s_b = (np.broadcast_to(v, shape)[np.broadcast_to(misfit, shape)] for v in (span, D, N, s))
-        k_w, dom_w = _worst_block(span_b, D_b, N_b, s_b)
+        k_w, dom_w, most_w = _worst_block(span_b, D_b, N_b, s_b)
         k, n_domains = np.array(np.broadcast_to(k, shape)), np.array(np.broadcast_to(n_domains, shape))
         where = np.broadcast_to(misfit, shape)
         k_full = k.copy()  # a domain's share where the block lines up; the fullest piece's where it straddles
-        k[where] = np.minimum(k_w, np.broadcast_to(n, shape)[where])
+        n_b = np.broadcast_to(n, shape)[where]
+        k[where] = np.minimum(k_w, n_b)
         n_domains[where] = np.minimum(dom_w, np.broadcast_to(np.maximum(n, 1.0), shape)[where])
-        return k, n_domains, np.maximum(k_full, k)
+        # the fullest piece: at most the group less its smallest piece where the block straddles, and never
+        # fewer than the smallest
+        k_full[where] = np.maximum(np.minimum(most_w, np.where(n_domains[where] > 1, n_b - k[where], n_b)), k[where])
+        return k, n_domains, k_full
     return k, n_domains, k
 
 

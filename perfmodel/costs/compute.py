@@ -6,8 +6,11 @@
   waves; a partly filled tile and a last, partial wave leave tensor cores idle (NVIDIA, "Matrix
   Multiplication Background User's Guide", sec. 3.1 "Tile Quantization" and 3.2 "Wave
   Quantization"). cuBLAS picks the tile per shape among several (sec. 2.3 "Typical Tile Dimensions
-  In cuBLAS"): the model takes the fastest of 128 x 256, 128 x 128 and 64 x 128 for each GEMM, so a
-  small GEMM is not costed as a few large tiles on a few SMs.
+  In cuBLAS"), large ones for large GEMMs and down to 64 x 128 for small ones; the model quantizes at
+  that smallest common tile, at the best-shape rate: a small GEMM is not costed as a few large tiles on
+  a few SMs, and a large one, whose quantization loss is small whatever the tile, runs at its measured
+  rate. (Taking the least padded work over 128 x 256, 128 x 128 and 64 x 128 at one rate always picks
+  64 x 128, whose padding is the least; a rate per tile size is not measured in the data.)
 * Flash attention: FLOPs at a fraction of peak that rises with the sequence length, as the
   FlashAttention-2/3 benchmarks show (Dao 2023, Fig. 4-7; shared/data/kernels/kernels.csv).
 * Element-wise work (norms, activations, residuals, dropout): bytes moved at HBM bandwidth.
@@ -16,24 +19,19 @@ from __future__ import annotations
 
 import numpy as np
 
-#: output tiles (rows x columns of C) the GEMM may run with: the large tile of cuBLAS's most efficient
-#: kernels and two smaller ones it falls back to for small or oddly sized GEMMs (``wave_efficiency``
-#: writes the three out, in units of the smallest)
-TILES = ((128, 256), (128, 128), (64, 128))
+#: the output tile (rows x columns of C) the quantization is counted in: cuBLAS's smallest common one
+TILE_M = 64
+TILE_N = 128
 KERNEL_LAUNCH_S = 4e-6  # per kernel, fixed overhead (launch + tail), typical CUDA figure
 
 
 def wave_efficiency(m, n, n_sms):
-    """Fraction of the tensor-core time doing useful work with the best tile: m n over the padded work
-    waves x SMs x tile_m x tile_n, where waves = ceil(tiles / SMs). The time a tile choice gives,
-    2 k waves SMs tile_m tile_n / rate, never falls as m or n grows (a partly filled tile costs a full one)."""
+    """Fraction of the tensor-core time doing useful work: m n over the padded work waves x SMs x
+    TILE_M x TILE_N, where waves = ceil(tiles / SMs). The time it gives, 2 k waves SMs TILE_M TILE_N / rate,
+    never falls as m or n grows (a partly filled tile costs a full one)."""
     m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
-    # the padded work of each tile choice, in units of 64 x 128 tiles per SM: the least wins
-    rows64, rows128 = np.ceil(m / 64.0), np.ceil(m / 128.0)
-    cols128, cols256 = np.ceil(n / 128.0), np.ceil(n / 256.0)
-    padded = np.minimum(np.minimum(np.ceil(rows128 * cols256 / n_sms) * 4.0, np.ceil(rows128 * cols128 / n_sms) * 2.0),
-                        np.ceil(rows64 * cols128 / n_sms))
-    return m * n / (padded * n_sms * (64.0 * 128.0))
+    waves = np.ceil(np.ceil(m / TILE_M) * np.ceil(n / TILE_N) / n_sms)
+    return m * n / (waves * n_sms * (TILE_M * TILE_N))
 
 
 def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0):

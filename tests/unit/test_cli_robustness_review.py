@@ -128,8 +128,7 @@ def test_calibrate_same_input_twice(tmp_path):
 # ---- 3. impossible measurements are invalid rows -------------------------------------------------------
 
 @pytest.mark.parametrize("changes,words", [
-    ({"mfu": "45"}, ("mfu", "fraction")),
-    ({"hfu": "3"}, ("hfu", "fraction")),
+    ({"mfu": "45", "tflops_per_gpu": ""}, ("mfu", "fraction")),  # (the row measures TFLOP/s and HFU only)
     ({"tflops_per_gpu": "5000"}, ("tflops_per_gpu", "peak")),
     ({"tokens_per_s_per_gpu": "0"}, ("tokens_per_s_per_gpu", "> 0")),
     ({"iteration_time_s": "0", "tokens_per_s_per_gpu": ""}, ("iteration_time_s", "> 0")),
@@ -146,6 +145,21 @@ def test_impossible_measurement_is_invalid(tmp_path, changes, words):
     for w in words:
         assert w in pred["reason"].iloc[0]
     assert error_table(df, pred)[1]["scored"] == 0
+
+
+@pytest.mark.parametrize("changes", [{"mfu": "45"}, {"hfu": "3"},
+                                     {"tflops_per_gpu": "5000", "tokens_per_s_per_gpu": "100"}])
+def test_an_implausible_cell_beside_the_measured_throughput_costs_nothing(tmp_path, changes):
+    """The row's ground truth is its first measured column in the schema's order (TFLOP/s, or tokens/s where
+    given): a percent typed in its MFU or HFU column, or a cluster total in a TFLOP/s column that a measured
+    tokens/s precedes, is read by nothing, so the row is still scored."""
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import error_table, predict_runs
+
+    df = read_runs_csv(small_runs(tmp_path, n=1, **changes))
+    pred = predict_runs(df)
+    assert pred["status"].iloc[0] == "ok", pred["reason"].iloc[0]
+    assert error_table(df, pred)[1]["scored"] == 1
 
 
 # ---- 4. columns outside the runs schema are named ---------------------------------------------------

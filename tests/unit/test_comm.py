@@ -286,3 +286,15 @@ def test_an_uneven_group_is_never_faster_than_its_fullest_domain(op, n, fullest)
     fast = float(collective_time_s(op, S, n, 1, DOMAIN, NVLINK, 1e15, 0.0, 0.0, job_gpus=n))
     nvlink_phase = ((fullest - 1) / n if op == "all_to_all" else op_factor(op, fullest)) * S / NVLINK
     assert fast == pytest.approx(nvlink_phase)
+
+
+@pytest.mark.parametrize("args, layout", [
+    ((4, 1, 6, 24), (2, 2, 2)),        # TP 4 on 6-GPU nodes: ranks 4-7 sit 2 + 2
+    ((16, 1, 72, 144), (8, 2, 8)),     # TP 16 on 144 GB200s: ranks 64-79 sit 8 + 8
+    ((14, 1, 8, 14), (6, 2, 8)),       # 14 ranks as 8 + 6
+    ((128, 1, 72, 128), (56, 2, 72)),  # DP 128 as the whole job on NVL72 racks: 72 + 56
+])
+def test_group_layout_names_the_smallest_and_the_fullest_piece_of_the_worst_block(args, layout):
+    from perfmodel.costs.comm import group_layout
+
+    assert tuple(float(v) for v in group_layout(*args)) == layout

@@ -116,6 +116,10 @@ def test_a_stack_built_on_another_shares_its_fitted_kernel_efficiency():
     shipped = load_calibration(None)
     assert "gpt-neox" not in shipped.frameworks
     assert shipped.framework("gpt-neox").kernel_efficiency == shipped.framework("megatron-deepspeed").kernel_efficiency
+    # and DeepSpeed's pipeline engine, which both run: its per-micro-batch cost fitted on BLOOM's runs
+    assert shipped.framework("gpt-neox").microbatch_overhead_s == \
+        shipped.framework("megatron-deepspeed").microbatch_overhead_s > 0.0
+    assert shipped.framework("gpt-neox").layer_overhead_s == PROFILES["gpt-neox"].layer_overhead_s
 
 
 def test_a_borrowed_kernel_efficiency_is_fitted_as_it_is_predicted():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.costs.compute import TILES, gemm_time_s, wave_efficiency
+from perfmodel.costs.compute import TILE_M, TILE_N, gemm_time_s, wave_efficiency
 
 H100 = dict(peak_flop_per_s=989.4e12, matmul_efficiency_max=0.803, n_sms=132, hbm_bytes_per_s=3.35e12)
 
@@ -28,13 +28,16 @@ def test_gemm_time_never_falls_as_the_output_grows(m, n, dm, dn, sms):
 
 
 def test_a_small_gemm_fills_more_sms_with_a_smaller_tile():
-    """Llama-3 70B's QKV projection at TP 8 on 512-token micro-batches (512 x 1280): 20 large tiles on
-    132 SMs (15% busy); 128 x 128 tiles use twice as many SMs, 64 x 128 four times."""
+    """Llama-3 70B's QKV projection at TP 8 on 512-token micro-batches (512 x 1280): 20 tiles of 128 x 256
+    on 132 SMs (15% busy), 80 of 64 x 128 (61% busy), as cuBLAS's small-GEMM kernels run it."""
     large_only = 512 * 1280 / (132 * 128 * 256)
+    assert (TILE_M, TILE_N) == (64, 128)
     assert wave_efficiency(512, 1280, 132) == pytest.approx(4 * large_only)
-    # a big square GEMM is within a few percent of the best-shape rate whatever the tile
+    # a big square GEMM is within a few percent of the best-shape rate
     assert wave_efficiency(8192, 8192, 132) > 0.95
-    assert all(tm * tn <= 128 * 256 for tm, tn in TILES)
+    # partly filled tiles: 65 rows take two row tiles (128 padded rows) in one wave of 132 SMs
+    assert wave_efficiency(65, 128, 132) == pytest.approx(65 * 128 / (132 * 64 * 128))
+    assert wave_efficiency(65, 128, 132) == pytest.approx(wave_efficiency(128, 128, 132) * 65 / 128)
 
 
 def test_wave_efficiency_is_a_fraction():

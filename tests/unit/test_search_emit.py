@@ -399,3 +399,16 @@ def test_explanation_prints_sp_as_on_off():
     from perfmodel.search.explain import _diff_keys
 
     assert _diff_keys(dict(ROWS[0]), dict(ROWS[0], sp=False)) == "sp on vs off"
+
+
+def test_megatron_flags_of_an_uneven_pipeline_say_what_megatron_needs():
+    """A pp costed for a stack that splits layers unevenly (32 layers on 3 stages) is not a split
+    Megatron-LM takes as emitted: the note names its first/last-stage flags."""
+    row = dict(tp=1, pp=3, dp=8, cp=1, vpp=1, micro_batch=1, sp=False, zero_stage=0, zeropp="", recompute="none")
+    model = pm.load_model("llama3-8b")
+    for fw in ("nanotron", "torchtitan", "deepspeed"):
+        notes = emit_notes("megatron", model, pm.JobSpec(global_batch=192, seq_len=2048, framework=fw), row)
+        assert any("--decoder-first-pipeline-num-layers" in n for n in notes), fw
+    even = emit_notes("megatron", model, pm.JobSpec(global_batch=192, seq_len=2048, framework="nanotron"),
+                      dict(row, pp=4, dp=6))
+    assert not any("--decoder-first-pipeline-num-layers" in n for n in even)

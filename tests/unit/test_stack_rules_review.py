@@ -346,7 +346,7 @@ def test_stacks_that_split_layers_unevenly_take_any_pp_up_to_the_layer_count(fra
     args = ["estimate", "--model", "llama2-13b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--global-batch", "128",
             "--pp", "16", "--tp", "2", "--zero-stage", "1", "--framework", framework or "generic"]
     r = runner.invoke(app, args)  # llama2-13b: 40 layers, 16 stages
-    assert (r.exit_code == 0) is uneven_ok or framework == "torchtitan", r.output
+    assert (r.exit_code == 0) is uneven_ok, r.output
     if not uneven_ok:
         assert r.exit_code == 2 and "error: pp: must divide n_layers" in r.output
 
@@ -363,4 +363,5 @@ def test_an_uneven_pipeline_is_costed_at_its_busiest_stage():
     assert uneven.time_breakdown_s["compute_s"] < even.time_breakdown_s["compute_s"]
     df = run_search(pm.load_model("mt-nlg-530b"), pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), 1024, 8),
                     pm.JobSpec(global_batch=1024, seq_len=2048, framework="megatron-deepspeed"), top=20).candidates
-    assert (df.pp > 1).all() and (df.tp <= 16).all()
+    # MT-NLG's 105 layers: the winner pipelines, over stages that 105 does not divide into
+    assert df.iloc[0].pp > 1 and (105 % df.pp != 0).any() and (df.tp <= 16).all()

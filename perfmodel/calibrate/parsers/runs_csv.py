@@ -34,7 +34,8 @@ TARGETS = MEASURED_COLUMNS[:4]
 #: measured columns a run cannot have at 0: it processed tokens and its step took time (MFU may print as a
 #: rounded 0)
 POSITIVE_COLUMNS = ["tokens_per_s_per_gpu", "iteration_time_s"]
-#: measured columns that are fractions of the peak (data/README.md: "fraction 0..1")
+#: measured columns that are fractions of the peak (data/README.md: "fraction 0..1"); only mfu can be a
+#: row's ground truth, so only it is checked
 FRACTION_COLUMNS = ["mfu", "hfu"]
 TEXT_COLUMNS = ["run_id", "source", "model_name", "mlp", "gpu", "network", "zeropp",
                 "recompute", "precision", "framework", "target", "derived_fields", "notes"]
@@ -76,11 +77,14 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     for col in POSITIVE_COLUMNS:
         for i in np.flatnonzero((df[col] == 0).to_numpy()):
             _note(row_errors, i, f"{col}: must be > 0 (got 0)")
-    for col in FRACTION_COLUMNS:
-        for i in np.flatnonzero((df[col] > 1).to_numpy()):
+    # an implausible MFU or TFLOP/s voids the row only where it is the row's ground truth (no measured column
+    # before it in the schema's order): a typo beside a measured throughput costs nothing
+    before = {col: df[MEASURED_COLUMNS[:k]].notna().any(axis=1).to_numpy() for k, col in enumerate(MEASURED_COLUMNS)}
+    for col in (c for c in FRACTION_COLUMNS if c in TARGETS):  # hfu is never a ground truth
+        for i in np.flatnonzero((df[col] > 1).to_numpy() & ~before[col]):
             _note(row_errors, i, f"{col}: must be a fraction from 0 to 1 (got {df[col].iloc[i]:g}; a percent "
                   f"would be {df[col].iloc[i] / 100:g})")
-    _check_tflops(df, row_errors)
+    _check_tflops(df, row_errors, ~before["tflops_per_gpu"])
     bad_target = df["target"].notna() & ~df["target"].isin(TARGETS)
     for i in np.flatnonzero(bad_target.to_numpy()):
         _note(row_errors, i, f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})")
@@ -114,18 +118,19 @@ def note_unknown_columns(columns: list[str], path, header_line: int) -> None:
           file=sys.stderr)
 
 
-def _check_tflops(df: pd.DataFrame, row_errors: list[str]) -> None:
+def _check_tflops(df: pd.DataFrame, row_errors: list[str], used: np.ndarray) -> None:
     """A ``tflops_per_gpu`` above ``MAX_ACHIEVED_OVER_PEAK`` x the GPU's dense peak in the row's precision
     (blank: the GPU's default) is not a per-GPU measurement (a per-node or cluster total, another unit), as
     for a GEMM benchmark row (``calibrate.command.check_gemm_rows``). Rows whose GPU or precision has no
-    profile are left to the model's own checks."""
+    profile are left to the model's own checks; so are rows whose ground truth is a column before it
+    (``used`` false)."""
     from perfmodel.catalog import _looks_like_path, load_gpu
     from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK
     from perfmodel.specs.job import Precision
     from typing import get_args
 
     specs: dict[str, object] = {}
-    for i in np.flatnonzero(df["tflops_per_gpu"].notna().to_numpy()):
+    for i in np.flatnonzero(df["tflops_per_gpu"].notna().to_numpy() & used):
         gpu = str(df["gpu"].iloc[i]).strip() if isinstance(df["gpu"].iloc[i], str) else ""
         gpu = gpu if _looks_like_path(gpu) else gpu.lower()
         if gpu not in specs:
