@@ -48,7 +48,8 @@ class FrameworkProfile(BaseModel):
         "unfused small ops and launch gaps."
     )
     microbatch_overhead_s: float = Field(
-        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per micro-batch (schedule bookkeeping, Python, loss)."
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per micro-batch of a pipeline "
+        "schedule (pp > 1: the engine's instruction dispatch, p2p set-up, Python)."
     )
     p2p_overhead_s: float = Field(
         0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per inter-node pipeline send/recv (handshake, metadata exchange, "

@@ -17,8 +17,9 @@ from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, Pa
 
 def framework_note(framework: str | None, cal=None) -> str | None:
     """A stack name perfmodel has no profile for runs with the generic one: say so (a typo in
-    'megatron-lm' would otherwise change the answer silently). A known stack that takes its kernel
-    efficiency from the stack it is built on (no fit of its own in ``cal``) says that too."""
+    'megatron-lm' would otherwise change the answer silently). A known stack that takes fitted values
+    (kernel efficiency, per-micro-batch cost) from the stack it is built on, where ``cal`` fits none of its
+    own, says which."""
     from perfmodel.frameworks import PROFILES
 
     if framework is None:
@@ -32,8 +33,8 @@ def framework_note(framework: str | None, cal=None) -> str | None:
     if not taken:
         return None
     values = ", ".join(f"{k} {v:.3f}" for k, v in sorted(taken.items()))
-    return (f"{name} has no fit of its own: it runs at {PROFILES[name].calibration_from}'s fitted {values} "
-            "(the stack it is built on)")
+    return (f"{name} has no fit of its own for these: it runs at {PROFILES[name].calibration_from}'s fitted "
+            f"{values} (the stack it is built on)")
 
 
 def network_note(network: str | None, cal) -> str | None:

@@ -311,7 +311,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         mem_layers = sub.put(layers, np.maximum(split["max_layers"], sub.take(layers)))
         logits_p2p = sub.put(0.0, (split["head_rank"] < sub.take(pp) - 1.0).astype(float))
         head_rank = sub.put(0.0, split["head_rank"])
-    compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"]
+    # a pipeline engine's fixed cost per micro-batch (instruction dispatch, p2p set-up, Python): pipelined runs
+    # only, where it was measured (BLOOM's Megatron-DeepSpeed runs, DeepSpeed's PipelineEngine)
+    compute_mb = busy_layers * (layer_f + layer_b) + busy_logits * 3.0 * logits_f + f64["microbatch_overhead_s"] * (
+        pp > 1)
     recompute_mb = busy_layers * layer_rc
     tp_mb = busy_layers * tp_layer_s
     cp_mb = busy_layers * cp_layer_s

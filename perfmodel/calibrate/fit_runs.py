@@ -218,16 +218,20 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 
     # a stack without a fit of its own that is built on a fitted one (FrameworkProfile.calibration_from)
     # runs at, and informs, that one's kernel efficiency, as it will be predicted with the written profile
-    fitted = {key for kind, key, p in names if kind == "framework" and p in FRAMEWORK_SIBLING_KEYS}
-    sibling_of = {fw: PROFILES[fw].calibration_from for fw in np.unique(framework)
-                  if fw not in fitted and PROFILES[fw].calibration_from in fitted}
-    sibling_owner = np.array([sibling_of.get(fw, fw) for fw in framework], dtype=object)
+    # (key by key, as Calibration.borrowed reads the written profile)
+    def owners(keys: frozenset, link: str) -> dict[str, np.ndarray]:
+        out = {}
+        for key_p in keys:
+            fitted = {key for kind, key, p in names if kind == "framework" and p == key_p}
+            source = {fw: getattr(PROFILES[fw], link) for fw in np.unique(framework)
+                      if fw in PROFILES and fw not in fitted and getattr(PROFILES[fw], link) in fitted}
+            out[key_p] = np.array([source.get(fw, fw) for fw in framework], dtype=object)
+        return out
+
+    sibling_owner = owners(FRAMEWORK_SIBLING_KEYS, "calibration_from")
     # likewise a stack on another's ZeRO-3 engine (FrameworkProfile.zero3_engine: Megatron-DeepSpeed and
     # GPT-NeoX on DeepSpeed's) runs at, and informs, that engine's fitted ZeRO-3 values
-    fitted_z3 = {key for kind, key, p in names if kind == "framework" and p in ZERO3_ENGINE_KEYS}
-    engine_of = {fw: PROFILES[fw].zero3_engine for fw in np.unique(framework)
-                 if fw in PROFILES and fw not in fitted_z3 and PROFILES[fw].zero3_engine in fitted_z3}
-    engine_owner = np.array([engine_of.get(fw, fw) for fw in framework], dtype=object)
+    engine_owner = owners(ZERO3_ENGINE_KEYS, "zero3_engine")
 
     def apply(x):
         arrs = dict(inputs)
@@ -242,8 +246,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             elif kind == "global":
                 arrs[p] = np.full(len(df), v)
             elif kind == "framework":
-                owner = (sibling_owner if p in FRAMEWORK_SIBLING_KEYS
-                         else engine_owner if p in ZERO3_ENGINE_KEYS else framework)
+                owner = (sibling_owner[p] if p in FRAMEWORK_SIBLING_KEYS
+                         else engine_owner[p] if p in ZERO3_ENGINE_KEYS else framework)
                 arrs[p] = np.where(owner == key, v, arrs[p])
         for (kind, key, p), v in zip(names, x):
             if kind == "network" and p == "congestion_nodes":

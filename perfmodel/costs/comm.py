@@ -110,7 +110,8 @@ def group_layout(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=Fals
       72 + 56; TP 16 on 144 GB200s, ranks 64-79 sit 8 + 8.
     ``lined_up``: the caller knows every block lines up (power-of-two sizes and domains): no test.
     A third value is the fullest domain's rank count, which paces the NVLink phase: the smallest
-    piece's where every block lines up (the same array), else as many ranks as a domain holds."""
+    piece's where every block lines up (the same array), else the worst block's largest piece, between its
+    smallest piece and n less that piece."""
     n = np.asarray(group_size, dtype=float)
     s = np.maximum(np.asarray(stride, dtype=float), 1.0)
     D = np.asarray(domain_gpus, dtype=float)

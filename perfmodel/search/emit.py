@@ -340,13 +340,13 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             if job.precision not in ("bf16", "fp16"):
                 notes.append(f"{job.precision} was costed: Megatron-DeepSpeed has no Transformer Engine "
                              "low-precision switch; --bf16 is emitted")
-        elif model.n_layers % c["pp"] and (model.n_layers + 2) % c["pp"]:
-            notes.append(f"pp={c['pp']} splits {model.n_layers} layers unevenly, as {job.framework or 'the stack'} "
-                         "does: Megatron-LM needs pp to divide them, or --decoder-first-pipeline-num-layers / "
-                         "--decoder-last-pipeline-num-layers for the uneven first and last stages")
         elif c["vpp"] > 1 and c["pp"] == 2:
             notes.append("--overlap-p2p-communication is required by Megatron with interleaving on 2 pipeline "
                          "stages; the costed pipeline communication overlap is the stack's usual one")
+        if not megatron_deepspeed(job) and model.n_layers % c["pp"] and (model.n_layers + 2) % c["pp"]:
+            notes.append(f"pp={c['pp']} splits {model.n_layers} layers unevenly, as {job.framework or 'the stack'} "
+                         "does: Megatron-LM needs pp to divide them, or --decoder-first-pipeline-num-layers / "
+                         "--decoder-last-pipeline-num-layers for the uneven first and last stages")
         if c["zeropp"] and not megatron_deepspeed(job):  # Megatron-DeepSpeed: in ds_config.json
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")

@@ -268,7 +268,8 @@ def test_a_stack_borrowing_a_fitted_efficiency_says_so():
     res = runner.invoke(app, ["estimate", "--model", "llama3-8b", "--gpu", "a100-sxm4-80gb", "--gpus", "64",
                               "--global-batch", "512", "--tp", "2", "--pp", "4", "--framework", "gpt-neox"])
     assert res.exit_code == 0, res.output
-    assert "gpt-neox has no fit of its own: it runs at megatron-deepspeed's fitted kernel_efficiency" in res.output
+    assert ("gpt-neox has no fit of its own for these: it runs at megatron-deepspeed's fitted kernel_efficiency"
+            in res.output) and "microbatch_overhead_s" in res.output
 
 
 def test_fp8_beside_a_fp16_deepspeed_config_is_refused(tmp_path):

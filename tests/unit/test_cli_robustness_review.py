@@ -307,3 +307,14 @@ def test_trace_events_not_a_list(tmp_path):
 ])
 def test_empty_list_items_are_errors(args, field):
     one_error(run(*args), field, "empty item")
+
+
+def test_a_step_time_without_its_batch_is_not_the_ground_truth(tmp_path):
+    """validate scores a step time only with its global batch, sequence and GPU count; without the batch the
+    row's TFLOP/s is its ground truth, so an impossible TFLOP/s there still voids the row (final review)."""
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import predict_runs
+
+    df = read_runs_csv(small_runs(tmp_path, n=1, tflops_per_gpu="5000", iteration_time_s="10", global_batch=""))
+    pred = predict_runs(df)
+    assert pred["status"].iloc[0] == "invalid" and "tflops_per_gpu" in pred["reason"].iloc[0]

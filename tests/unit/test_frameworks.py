@@ -180,3 +180,24 @@ def test_stacks_on_deepspeeds_zero3_engine_share_its_zero3_values():
         shipped.framework("deepspeed").zero3_step_latency_s
     # every named engine is a profile
     assert all(p.zero3_engine in (None, *PROFILES) for p in PROFILES.values())
+
+
+def test_the_per_micro_batch_cost_is_a_pipeline_engines():
+    """The fitted per-micro-batch cost (BLOOM's pipelined Megatron-DeepSpeed runs) applies to pipelined runs
+    only: an 8B model without a pipeline is not slowed by it (the final review's pp = 1 MFU drop, 0.379 to
+    0.332, is gone); with a pipeline it adds its cost per micro-batch slot."""
+    import perfmodel as pm
+    from perfmodel.calibration_profile import load_calibration
+
+    shipped = load_calibration(None)
+    bare = shipped.model_copy(update={"frameworks": {**shipped.frameworks, "megatron-deepspeed": {
+        k: v for k, v in shipped.frameworks["megatron-deepspeed"].items() if k != "microbatch_overhead_s"}}})
+    model, job = pm.load_model("llama3-8b"), pm.JobSpec(global_batch=256, seq_len=4096, framework="megatron-deepspeed")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8)
+    flat = pm.ParallelSpec(tp=1, pp=1, dp=8, zero_stage=1)
+    assert pm.estimate(model, cluster, flat, job).iteration_time_s == pm.estimate(model, cluster, flat, job, bare).iteration_time_s
+    piped = pm.ParallelSpec(tp=1, pp=2, dp=4, zero_stage=1)
+    extra = pm.estimate(model, cluster, piped, job).iteration_time_s - pm.estimate(model, cluster, piped, job, bare).iteration_time_s
+    micro, pp = 256 // 4, 2
+    assert extra == pytest.approx(shipped.frameworks["megatron-deepspeed"]["microbatch_overhead_s"] * (micro + pp - 1),
+                                  rel=0.05)

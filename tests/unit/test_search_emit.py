@@ -412,3 +412,11 @@ def test_megatron_flags_of_an_uneven_pipeline_say_what_megatron_needs():
     even = emit_notes("megatron", model, pm.JobSpec(global_batch=192, seq_len=2048, framework="nanotron"),
                       dict(row, pp=4, dp=6))
     assert not any("--decoder-first-pipeline-num-layers" in n for n in even)
+
+
+def test_an_uneven_interleaved_two_stage_pipeline_gets_both_notes():
+    row = dict(tp=1, pp=2, dp=4, cp=1, vpp=2, micro_batch=1, sp=False, zero_stage=0, zeropp="", recompute="none")
+    model = pm.load_model("llama3-8b").model_copy(update={"n_layers": 31})
+    notes = emit_notes("megatron", model, pm.JobSpec(global_batch=64, seq_len=2048, framework="nanotron"), row)
+    assert any("--overlap-p2p-communication" in n for n in notes)
+    assert any("--decoder-first-pipeline-num-layers" in n for n in notes)

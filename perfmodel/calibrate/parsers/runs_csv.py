@@ -79,7 +79,10 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
             _note(row_errors, i, f"{col}: must be > 0 (got 0)")
     # an implausible MFU or TFLOP/s voids the row only where it is the row's ground truth (no measured column
     # before it in the schema's order): a typo beside a measured throughput costs nothing
-    before = {col: df[MEASURED_COLUMNS[:k]].notna().any(axis=1).to_numpy() for k, col in enumerate(MEASURED_COLUMNS)}
+    # (as validate.measured_tokens_per_s_per_gpu reads them: a step time counts with its batch, sequence and GPUs)
+    tok = df["tokens_per_s_per_gpu"].notna()
+    timed = df["iteration_time_s"].notna() & df[["global_batch", "seq_len", "n_gpus"]].notna().all(axis=1)
+    before = {"tflops_per_gpu": (tok | timed).to_numpy(), "mfu": (tok | timed | df["tflops_per_gpu"].notna()).to_numpy()}
     for col in (c for c in FRACTION_COLUMNS if c in TARGETS):  # hfu is never a ground truth
         for i in np.flatnonzero((df[col] > 1).to_numpy() & ~before[col]):
             _note(row_errors, i, f"{col}: must be a fraction from 0 to 1 (got {df[col].iloc[i]:g}; a percent "
