@@ -60,7 +60,7 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
     if path.is_dir():
         raise InputError(field, "is a folder, not a file", where=str(path))
     try:
-        if _is_gzip(path):
+        if is_gzip(path):
             return _read_gzip_text(path, field, errors)
         # utf-8-sig: a leading byte-order mark (as spreadsheet programs save UTF-8) is not content
         return path.read_text(encoding="utf-8-sig", errors=errors)
@@ -74,7 +74,7 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _is_gzip(path) -> bool:
+def is_gzip(path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == GZIP_MAGIC
 

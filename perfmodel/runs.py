@@ -25,6 +25,7 @@ from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES, ZEROPP_ORDER
+from perfmodel.step import op_value
 
 MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
 
@@ -592,7 +593,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             inputs[key] = np.array([r[key] for r in rows], dtype=float)[index]
     # a collective's own fabric values where some row's fabric has them; the others' are their op-less ones
     for key in sorted({k for r in hw_rows for k in r if "." in k}):
-        inputs[key] = np.array([r.get(key, r[key.split(".", 1)[1]]) for r in hw_rows], dtype=float)[index]
+        inputs[key] = np.array([op_value(r, key) for r in hw_rows], dtype=float)[index]
     for key, val in constant_arrays(constants).items():
         if key not in inputs:
             inputs[key] = np.full(n, val, dtype=float)

@@ -112,7 +112,12 @@ def stack_inputs(rows: list[Mapping]) -> dict[str, np.ndarray]:
     op-less value there)."""
     op_keys = sorted({k for r in rows for k in op_input_keys(r)})
     return {**{k: np.array([r[k] for r in rows], dtype=float) for k in STEP_INPUTS},
-            **{k: np.array([r.get(k, r[k.split(".", 1)[1]]) for r in rows], dtype=float) for k in op_keys}}
+            **{k: np.array([op_value(r, k) for r in rows], dtype=float) for k in op_keys}}
+
+
+def op_value(row: Mapping, key: str) -> float:
+    """``row``'s value of an ``"<op>.<input>"`` key: the collective's own, else the op-less ``<input>``."""
+    return row.get(key, row[key.split(".", 1)[1]])
 
 
 def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -156,7 +161,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if key not in placements:
             placements[key] = (n, stride, group_layout(n, stride, net["nvlink_domain_gpus"], net["job_gpus"], lined_up))
         def v(name):  # the fabric's value for this collective, where its calibration has one of its own
-            return net.get(f"{op}.{name}", net[name])
+            return op_value(net, f"{op}.{name}")
 
         return collective_time_s(
             op, size, n, stride, net["nvlink_domain_gpus"], v("nvlink_bytes_per_s"),
@@ -407,7 +412,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
         "ring_step_latency_s",
         "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
-    net_sub.update({k: sub(val) for k, val in f64.items() if "." in k})
+    net_sub.update({k: sub(f64[k]) for k in op_input_keys(f64)})
 
     def coll_sub(op, size, n, stride):
         return coll(op, size, n, stride, net=net_sub)

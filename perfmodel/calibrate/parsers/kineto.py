@@ -20,7 +20,7 @@ from typing import Literal
 import pandas as pd
 
 from perfmodel.calibrate.parsers.nccl_tests import busbw_factor
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, is_gzip
 from perfmodel.limits import MAX_BYTES, MAX_GPUS
 
 Category = Literal["gemm", "attention", "nccl", "memory", "other"]
@@ -92,8 +92,7 @@ class KinetoSummary:
 def _opener(path: Path):
     """gzip.open for a gzip stream (its magic bytes, whatever the suffix), else open."""
     try:
-        with open(path, "rb") as fh:
-            gzipped = fh.read(2) == b"\x1f\x8b"
+        gzipped = is_gzip(path)
     except OSError:
         gzipped = path.suffix == ".gz"  # the open below reports the error
     return gzip.open if gzipped else open
