@@ -24,9 +24,14 @@ class CostConstants(BaseModel):
         "GEMMs, odd shapes and clock throttling under sustained load.",
     )
     attn_efficiency_max: float = Field(
-        0.55, ge=0.01, le=1, allow_inf_nan=False,
-        description="Flash-attention fwd fraction of dense peak at long sequences "
-        "(FA2 on A100 ~ 190-230 of 312 TFLOP/s; FA3 on H100 ~ 600 of 989; kernels.csv).",
+        0.33, ge=0.01, le=1, allow_inf_nan=False,
+        description="Flash-attention fraction of dense peak at long sequences, fwd+bwd (with attn_bwd_over_fwd "
+        "the forward rate), for a GPU whose profile states no attention_efficiency_max of its own (kernels.csv "
+        "has no attention row for it: Blackwell). Default: the newest architecture kernels.csv measures, H100 "
+        "SXM5 FlashAttention-2 fwd+bwd 328 / 989 TFLOP/s (A100: 189 / 312 = 0.61). The fraction falls with each "
+        "generation, whose tensor cores outgrow the exponential units and shared memory that attention also "
+        "waits on (FlashAttention-4, Zadouri et al. 2026, arXiv 2603.05451: 'asymmetric hardware scaling' on "
+        "Blackwell). A calibration fits it on measured runs of such GPUs.",
     )
     attn_seq_half: float = Field(
         512.0, gt=0, le=1e8, allow_inf_nan=False, description="Key length (tokens) at which flash attention reaches half its best rate."

@@ -178,3 +178,31 @@ def test_attention_speedups_divide_exactly_the_flash_attention_times():
     assert b2 / f2 == pytest.approx(DEFAULT_CONSTANTS.attn_bwd_over_fwd, rel=1e-9)
     for g, fw in ((perfmodel.load_gpu("v100-sxm3-32gb"), "megatron-lm"), (gpu, "megatron-deepspeed")):
         assert _compute_s(g, fw, attention_fwd_speedup=3.0, attention_bwd_speedup=3.0) == _compute_s(g, fw)
+
+
+def test_a_gpu_without_a_measured_attention_kernel_runs_at_the_newest_measured_fraction():
+    """kernels.csv measures flash attention on A100 and H100 only; a GPU profile without its own
+    attention_efficiency_max (Blackwell) takes the default constant, which is the newest measured
+    architecture's fwd+bwd fraction (H100 FA2 328 / 989), not a higher one: the fraction of peak falls
+    from A100 (0.61) to H100, as tensor cores outgrow the exponential units (FlashAttention-4)."""
+    import pandas as pd
+
+    from perfmodel.catalog import load_gpu
+    from perfmodel.constants import CostConstants
+    from perfmodel.estimate import cluster_arrays
+    from perfmodel.specs import ClusterSpec
+
+    default = CostConstants().attn_efficiency_max
+    h100, a100 = load_gpu("h100-sxm5-80gb"), load_gpu("a100-sxm4-80gb")
+    assert default == h100.attention_efficiency_max < a100.attention_efficiency_max
+    kernels = PROFILES_DIR.parent / "calibration" / "data" / "kernels.csv"
+    if kernels.is_file():  # the measurement the profile cites
+        k = pd.read_csv(kernels)
+        fa2 = k[(k.gpu_type == "H100 80GB SXM5") & (k.implementation == "FlashAttention-2")
+                & (k.direction == "fwd+bwd") & (k.head_dim == 128) & (k.seq_len == 16384) & (k.causal == "yes")]
+        assert abs(fa2.tflops.max() / h100.peak_dense_tflop_per_s["bf16"] - default) < 0.01
+    for name in ("b200", "gb200", "gb300", "b300"):
+        gpu = load_gpu(name)
+        assert gpu.attention_efficiency_max is None
+        cluster = ClusterSpec.build(gpu, 8, 8, 400.0)
+        assert cluster_arrays(cluster, "bf16", CostConstants())["attn_efficiency_max"] == default
