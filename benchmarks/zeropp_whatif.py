@@ -1,6 +1,6 @@
 """ZeRO-3 vs ZeRO++ on the measured pairs and against scale-out bandwidth.
 
-    python benchmarks/zeropp_whatif.py          # pairs table + what-if table and plot
+    python benchmarks/zeropp_whatif.py          # pairs table, what-if tables (bandwidth, nodes) and plot
     python benchmarks/zeropp_whatif.py --fit    # refit the deepspeed profile's ZeRO-3 parameters
 
 The fit (scipy.optimize.least_squares, soft_l1 on log TFLOP/s ratios of both ZeRO-3 and ZeRO++
@@ -68,6 +68,22 @@ def whatif(bandwidths=(50, 100, 200, 400, 800), tokens=("1K", "2K")) -> pd.DataF
                 "zeropp_fits"]]
 
 
+def whatif_nodes(nodes=(1, 2, 4, 8, 24), bandwidths=(100, 400, 3200), tokens=("1K", "2K"),
+                 models=(18,)) -> pd.DataFrame:
+    """Where ZeRO++ stops paying: its predicted speedup over ZeRO-3 against the number of 16-GPU nodes
+    (384 GPUs = 24 nodes, the pairs' scale), at 100 and 400 Gbit/s and at 3,200 (scale-out no longer the
+    bottleneck). The 18B model, which fits on every node count (the 138B fits on 32 GB V100s only at
+    the pairs' 24 nodes: ``zeropp_fits``)."""
+    rows = [{"model_name": "", "params_billion": p, "n_gpus": 16 * k, "gpus_per_node": 16,
+             "scale_out_gbit_per_s_per_node": b, "tokens_per_gpu": t, "zero3_tflops_per_gpu": np.nan,
+             "zeropp_tflops_per_gpu": np.nan, "measured_speedup": np.nan}
+            for p in models for t in tokens for b in bandwidths for k in nodes]
+    res = predict_pairs(pd.DataFrame(rows))
+    res.insert(1, "nodes", [r["n_gpus"] // 16 for r in rows])
+    return res[["model", "nodes", "tokens_per_gpu", "gbit_per_s", "zero3_tflops_pred", "zeropp_tflops_pred",
+                "speedup_pred", "zeropp_fits"]]
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib
 
@@ -106,6 +122,10 @@ def main() -> None:
               f"mean |ZeRO-3 TFLOP/s error| {pairs.zero3_err_pct.abs().mean():.1f}%")
         table = whatif()
         print(table.round(2).to_string())
+        nodes = whatif_nodes()
+        print("ZeRO++ speedup over ZeRO-3 against nodes (16 V100s each), GPT 18B:")
+        print(nodes.pivot_table(index=["model", "tokens_per_gpu", "gbit_per_s"], columns="nodes",
+                                values="speedup_pred").round(2).to_string())
     table.round(3).to_csv(OUT / "zeropp_whatif.csv", index=False)
     plot(table, OUT / "zeropp_whatif.png")
 

@@ -1,5 +1,6 @@
 """ZeRO-3 / ZeRO++ formulas (Wang et al. 2023, arXiv 2306.10209; DeepSpeed's implementation)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -109,6 +110,26 @@ def test_qgz_falls_back_when_numel_not_divisible_by_twice_world():
 def test_zeropp_is_faster_on_slow_networks_and_monotone_in_bandwidth():
     slow, fast = _dp_comm("qwz,hpz,qgz", 128), _dp_comm("", 128)
     assert slow["iteration_time_s"][0] < fast["iteration_time_s"][0]
+
+
+def test_zeropp_stops_paying_on_one_node_and_pays_more_on_more_nodes():
+    """The what-if's 'where ZeRO++ stops paying off' (benchmarks/zeropp_whatif.py): on one node qgZ falls
+    back and hpZ's group is the whole data-parallel group, so only qwZ's halved NVLink volume against its
+    kernels is left (no gain beyond a few %); across nodes the gain grows with the node count and shrinks
+    as the scale-out bandwidth grows."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from zeropp_whatif import whatif_nodes
+
+    t = whatif_nodes(nodes=(1, 2, 24), bandwidths=(100, 400), tokens=("1K", "2K"))
+    assert t.zeropp_fits.all()
+    sp = t.set_index(["tokens_per_gpu", "gbit_per_s", "nodes"]).speedup_pred
+    for tok in ("1K", "2K"):
+        for bw in (100, 400):
+            assert abs(sp[tok, bw, 1] - 1.0) < 0.03
+            assert sp[tok, bw, 1] < sp[tok, bw, 2] < sp[tok, bw, 24]
+        assert sp[tok, 100, 24] > sp[tok, 400, 24] > 1.0
 
 
 def test_search_rejects_configs_that_no_longer_fit_with_hpz():
