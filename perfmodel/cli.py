@@ -242,6 +242,9 @@ def validate(
         if same_file(out, runs_csv):
             raise InputError("out", "is the runs CSV being validated; give another file for the predictions",
                              where=str(out))
+        if calibration is not None and same_file(out, calibration):
+            raise InputError("out", "is the --calibration profile; give another file for the predictions",
+                             where=str(out))
     except (InputError, ValidationError) as exc:
         fail(exc)
     try:

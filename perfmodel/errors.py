@@ -149,6 +149,18 @@ def same_file(a, b) -> bool:
         return False
 
 
+def refuse_replacing_inputs(folder, names, inputs) -> None:
+    """InputError("out") when a file ``names`` would write into ``folder`` is one of ``inputs`` (the runs
+    CSV, a calibration, a model or GPU file given by path): an output never replaces what it was made from."""
+    from pathlib import Path
+
+    for name in names:
+        for src in inputs:
+            if src and same_file(Path(folder) / name, src):
+                raise InputError("out", f"its {name} would replace the input {src}; give another folder",
+                                 where=str(folder))
+
+
 def write_file_atomic(path, content: bytes, mode: int = 0o644) -> None:
     """Write ``content`` through a temporary file in the same folder, then rename: ``path`` holds either
     the whole new content or what it held before. A symbolic link is written through (the temporary file

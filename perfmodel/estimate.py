@@ -280,7 +280,7 @@ def build_inputs(
     cluster = cluster.model_copy(update={"gpu": gpu, "scale_out_latency_us": latency_us})
     hardware = cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape)
     profile = cal.framework(job.framework)
-    flash = uses_flash_attention(job.framework, cluster.gpu.name) and profile.flash_attention
+    flash = uses_flash_attention(job.framework, cluster.gpu) and profile.flash_attention
     inputs = {
         **model_arrays(model),
         "seq_len": job.seq_len,

@@ -224,8 +224,11 @@ def framework_profile(name: str | None) -> FrameworkProfile:
     return PROFILES.get((name or "generic").strip().lower() or "generic", PROFILES["generic"])
 
 
-def uses_flash_attention(framework: str | None, gpu_name: str) -> bool:
-    """Flash attention needs Ampere or newer (FlashAttention README); old stacks lack it."""
-    if gpu_name.startswith("v100"):
+def uses_flash_attention(framework: str | None, gpu) -> bool:
+    """Flash attention needs Ampere or newer (FlashAttention README: 'Ampere, Ada, or Hopper GPUs'); old
+    stacks lack it. Pre-Ampere is told by the hardware, not the name: ``gpu`` (an AcceleratorSpec) without
+    bf16 tensor cores (Volta, Turing: their profiles list bf16 in unsupported_precisions), so a profile
+    YAML given by path is treated like its catalog twin."""
+    if not gpu.supports_precision("bf16"):
         return False
     return framework_profile(framework).flash_attention

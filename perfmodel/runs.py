@@ -579,7 +579,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         hw["tp_internode_efficiency"] = net_constants.tp_internode_efficiency
         hw_rows.append(hw)
         profile = cal.framework(fw_i)
-        fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, gpu_i) and profile.flash_attention, prec_i))
+        fw_rows.append(framework_arrays(profile, uses_flash_attention(fw_i, spec) and profile.flash_attention, prec_i))
     for g in sorted(no_profile):
         if g in broken_profile:
             mark(gpu_name == g, "invalid", broken_profile[g])

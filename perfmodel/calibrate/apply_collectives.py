@@ -52,6 +52,12 @@ def node_size(spec: AcceleratorSpec, gpus_per_node: int | None, tables,
         except InputError:  # a node the model cannot cost with the default NICs: keep the default
             seen = None
     if seen is None or seen == spec.default_gpus_per_node:
+        hostless = [t for t in tables if not t.n_nodes and (t.n_ranks or 0) > 1]
+        if seen is None and hostless:  # nothing in the file says how its ranks sit on nodes: say what is assumed
+            print(f"note: nccl-tests: --gpus-per-node not given and {len(hostless)} table(s) name no hosts (no Rank "
+                  f"lines): nodes of {spec.default_gpus_per_node} GPUs, the {spec.name} default, are assumed, so up "
+                  f"to {spec.default_gpus_per_node} ranks are costed as one node; give --gpus-per-node for the "
+                  "nodes the run used", file=sys.stderr)
         return spec.default_gpus_per_node, DEFAULT_NODE_SIZE
     print(f"note: nccl-tests: --gpus-per-node not given; the Rank lines show {seen} ranks per host, so nodes of "
           f"{seen} GPUs are assumed (not the {spec.name} default {spec.default_gpus_per_node}) and a given "
@@ -59,21 +65,26 @@ def node_size(spec: AcceleratorSpec, gpus_per_node: int | None, tables,
     return seen, "nccl-tests Rank lines"
 
 
-def drop_refused(fitted: dict) -> tuple[dict, dict[str, float]]:
-    """(``fitted`` without the values on a refused bound, {parameter: value} of those dropped)."""
+def drop_refused(fitted: dict) -> tuple[dict, dict[str, float], dict[str, float]]:
+    """(what of ``fitted`` is applied, {parameter: value} on a refused bound, {parameter: value} fitted with
+    them). The values come from one joint fit: where one of them ends on a refused end of its range, the
+    others compensate for it (a node size read wrong pins the NVLink efficiency and inflates the latency),
+    so none of the fit is applied."""
     dropped: dict[str, float] = {}
-
-    def keep(key: str, value) -> bool:
-        if isinstance(value, (int, float)) and refused_bound(key, float(value)):
-            dropped[key] = float(value)
-            return False
-        return True
-
-    out = {"constants": {k: v for k, v in (fitted.get("constants") or {}).items() if keep(k, v)}}
-    for part in ("gpus", "networks"):
-        out[part] = {name: {k: v for k, v in entry.items() if keep(k, v)}
-                     for name, entry in (fitted.get(part) or {}).items()}
-    return out, dropped
+    others: dict[str, float] = {}
+    entries = [fitted.get("constants") or {}] + [
+        entry for part in ("gpus", "networks") for entry in (fitted.get(part) or {}).values()]
+    for entry in entries:
+        for k, v in entry.items():
+            if isinstance(v, (int, float)) and refused_bound(k, float(v)):
+                dropped[k] = float(v)
+    if not dropped:
+        return fitted, {}, {}
+    for entry in entries:
+        for k, v in entry.items():
+            if isinstance(v, (int, float)) and k not in dropped and k.rpartition(".")[2] in BOUNDS:
+                others[k] = float(v)
+    return {"constants": {}, "gpus": {}, "networks": {}}, dropped, others
 
 
 def fitted_values(fitted: dict) -> int:

@@ -419,12 +419,14 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
         if len(unfitted) == len(parsed_nccl) and not others:
             raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
         print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
-    fitted, dropped = drop_refused(fit.overrides)
+    fitted, dropped, with_them = drop_refused(fit.overrides)
     if dropped:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in dropped.items())
+        also = (f" (nor the values fitted with it: {', '.join(f'{k} = {v:.4g}' for k, v in with_them.items())})"
+                if with_them else "")
         print(f"warning: nccl-tests: the fit of {shown} ends on the bound of its range: the collective model does "
               "not explain these tables with it (check --gpu, --gpus-per-node and --scale-out-gbit-per-s), so it is "
-              "not applied", file=sys.stderr)
+              f"not applied{also}", file=sys.stderr)
     if fitted_values(fitted):
         cal = merge_fit(cal, fitted, network, spec.name)
     else:  # every value refused: nothing of these files is applied

@@ -1,10 +1,11 @@
 """Write a report: the HTML page, the same plots as PNG files and the candidates as CSV."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.errors import output_file, write_file_atomic
+from perfmodel.errors import output_file, refuse_replacing_inputs, write_file_atomic
 from perfmodel.report.data import ReportData
 from perfmodel.report.document import render
 from perfmodel.report.figures import png_bytes
@@ -56,11 +57,14 @@ def _csv_bytes(df, **kwargs) -> bytes:
     return df.to_csv(**kwargs).encode("utf-8")
 
 
-def write_report(data: ReportData, out_dir: str | Path) -> ReportFiles:
+def write_report(data: ReportData, out_dir: str | Path, inputs: Sequence[str | Path] = ()) -> ReportFiles:
     """Render every plot and table once, then write PNGs, CSVs and the HTML (which embeds the same PNGs),
     each file atomically; files of an earlier report in the folder that this one does not write (the
-    runs plot and table of a report with ``--runs``) are removed, so the folder holds one report."""
+    runs plot and table of a report with ``--runs``) are removed, so the folder holds one report.
+    A file of the report that is one of ``inputs`` (the runs CSV, the calibration, a model or GPU file)
+    is refused before anything is written or removed."""
     out = Path(out_dir)
+    refuse_replacing_inputs(out, (*PNG_FILES.values(), CANDIDATES_CSV, SCALING_CSV, RUNS_CSV, HTML_FILE), inputs)
     # everything in memory first: a plot that cannot be drawn leaves no folder behind
     images = {name: png_bytes(fig) for name, fig in figures(data).items()}
     cand = data.result.candidates

@@ -81,7 +81,7 @@ def report(
                    f"(global batch {global_batch}, seq len {seq_len}): nothing to report", err=True)
         raise typer.Exit(1)
     try:
-        files = write_report(data, out)
+        files = write_report(data, out, inputs=[p for p in (runs, calibration, model, gpu) if p])
     except InputError as exc:  # a device, FIFO or socket where a file of the report goes
         fail(exc)
     except OSError as exc:

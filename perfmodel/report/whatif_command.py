@@ -127,13 +127,16 @@ def whatif_command(
         from perfmodel.report.figures import png_bytes
         from perfmodel.report.plots_whatif import whatif_figure
 
-        from perfmodel.errors import output_file, output_folder, write_file_atomic
+        from perfmodel.errors import output_file, output_folder, refuse_replacing_inputs, write_file_atomic
 
         if out.exists() and not out.is_dir():
             fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
         files = {"whatif.png": png_bytes(whatif_figure(df)), "whatif.csv": df.to_csv(index=False).encode("utf-8")}
         try:
             output_folder(out)
+            # the calibration, model or GPU file, or a file a --vary point names (a calibration what-if)
+            given = [calibration, model, gpu, *(str(v) for vals in sweep.values() for v in vals)]
+            refuse_replacing_inputs(out, files, given)
             for name in files:  # a folder, device or FIFO in the way fails before anything is written
                 if (out / name).is_dir():
                     raise InputError("out", "cannot write the what-if (Is a directory)", where=str(out / name))

@@ -219,7 +219,10 @@ def test_a_note_after_an_nccl_tests_table_is_still_skipped(tmp_path):
     log.write_text(NCCL_HEAD + ROW.format(size=1048576) + ROW.format(size=4194304)
                    + "# Avg bus bandwidth    : 36.8\n\nNotes:\n1. run with NCCL_ALGO=Ring\n")
     res, out = _calibrate(tmp_path, "--nccl-tests", str(log))
-    assert res.exit_code == 0 and out.exists(), res.output
+    # the table is read whole and the notes after it are not a parse error (its two equal times are not a
+    # collective the model explains: the fit ends on a bound and nothing of it is applied, exit 1)
+    assert "1 table(s), median |error|" in res.output, res.output
+    assert not [ln for ln in res.output.splitlines() if ln.startswith(f"error: {log}:")], res.output
 
 
 @pytest.mark.parametrize("extra, field", [

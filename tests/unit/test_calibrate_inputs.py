@@ -124,7 +124,7 @@ def test_bad_input_is_one_error_line_and_no_profile(tmp_path, monkeypatch, capsy
 def test_good_inputs_still_write_a_profile(tmp_path, monkeypatch, capsys):
     out = tmp_path / "profile.yaml"
     gemm = _file(tmp_path, "g.csv", "m,n,k,dtype,time_us\n4096,4096,4096,bf16,200\n8192,8192,8192,bf16,1500\n")
-    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb",
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8",
                                 "--nccl-tests", str(_nccl(tmp_path)), "--trace", str(_trace(tmp_path, NCCL_EVENT)),
                                 "--gemm", str(gemm), "--log", str(_file(tmp_path, "t.log", MEGATRON.format(ms="812"))),
                                 "--out", str(out))
@@ -141,7 +141,7 @@ def test_a_gpu_profile_file_calibrates_like_a_catalog_name(tmp_path, monkeypatch
     gpu = _file(tmp_path, "my-gpu.yaml", yaml.safe_dump({**profile, "name": "my-gpu"}))
     gemm = _file(tmp_path, "g.csv", "m,n,k,dtype,time_us\n4096,4096,4096,FP8 e4m3,100\n8192,8192,8192,bf16,1500\n")
     out = tmp_path / "profile.yaml"
-    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", str(gpu), "--nccl-tests",
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", str(gpu), "--gpus-per-node", "8", "--nccl-tests",
                                 str(_nccl(tmp_path)), "--gemm", str(gemm), "--out", str(out))
     assert code == 0 and err == "" and out.is_file(), err
     fitted = yaml.safe_load(out.read_text())["gpus"]["my-gpu"]
@@ -152,7 +152,7 @@ def test_nccl_tests_without_fittable_sizes_is_nothing_usable(tmp_path, monkeypat
     # every size < 1 MiB: the fit has no points; this wrote a profile with "n/a" and exit 0
     small = [r.replace("1048576", "524288", 1) for r in NCCL_ROWS[:1]]
     out = tmp_path / "profile.yaml"
-    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb",
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8",
                            "--nccl-tests", str(_nccl(tmp_path, rows=small)), "--out", str(out))
     assert_one_error(code, err, "error: nccl-tests: no table in", rc=1)
     assert not out.exists()
@@ -188,11 +188,11 @@ def test_a_collective_the_fit_does_not_use_is_skipped_not_a_crash(tmp_path, monk
     beside a usable table a warning."""
     bcast = Path(__file__).resolve().parents[1] / "fixtures" / "valid" / "broadcast_perf_8ranks.txt"
     out = tmp_path / "p.yaml"
-    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(bcast),
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8", "--nccl-tests", str(bcast),
                            "--out", str(out))
     assert_one_error(code, err, "is one the fit uses", rc=1)
     assert not out.exists()
-    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(bcast),
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8", "--nccl-tests", str(bcast),
                            "--nccl-tests", str(_nccl(tmp_path)), "--out", str(out))
     assert code == 0 and out.is_file() and err.startswith("warning: nccl-tests:") and "Traceback" not in err
 

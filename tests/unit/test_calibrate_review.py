@@ -98,15 +98,14 @@ def test_a_128_rank_file_of_the_older_layout_is_fitted(tmp_path, monkeypatch, ca
 # ------------------------------------------------------------------ 3. bounds and the GPU the file names
 @needs_shipped
 def test_an_nccl_fit_on_its_bound_is_reported_and_not_applied(tmp_path, monkeypatch, capsys):
-    """The p5 H100 node read as A100s: NVLink efficiency 1.2, the top of its range, was written silently."""
-    base = load_calibration(None)
+    """The p5 H100 node read as A100s: NVLink efficiency 1.2, the top of its range, was written silently.
+    The latency fitted with it compensates for it: none of that fit is applied (a 2 x 4-GPU run read as one
+    8-GPU node pinned the efficiency at 0.5 and wrote a 3.7 ms latency)."""
     code, err, prof = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(P5_1NODE), gpu="a100-sxm4-80gb")
-    assert code == 0, err
+    assert code == 1 and prof is None, err
     assert "nvlink_efficiency = 1.2" in err and "not applied" in err
-    assert prof["constants"]["nvlink_efficiency"] == base.constants["nvlink_efficiency"]
-    assert "nvlink_efficiency" not in prof["gpus"].get("a100-sxm4-80gb", {})
-    assert all("nvlink_efficiency" not in entry or entry == base.networks.get(name)
-               for name, entry in prof["networks"].items())
+    assert "nor the values fitted with it: intra_node_latency_us" in err
+    assert err.rstrip().splitlines()[-1].startswith("error: nothing was fitted from")
 
 
 def test_refused_bounds_are_the_ends_the_data_pushed_against():

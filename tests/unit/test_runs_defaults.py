@@ -111,6 +111,28 @@ def test_blank_precision_follows_the_gpu_profile_not_its_name(tmp_path):
     assert "V100" in DEFAULTS_DOC["precision"]
 
 
+def test_a_volta_profile_by_path_runs_without_flash_attention_like_its_catalog_twin(tmp_path):
+    """Flash attention needs Ampere or newer: a V100 given as a profile path (under another name too)
+    is costed like the catalog's v100, in validate and in estimate."""
+    from pathlib import Path
+
+    from perfmodel.catalog import load_gpu
+    from perfmodel.frameworks import uses_flash_attention
+
+    src = Path(__file__).resolve().parents[2] / "hardware_profiles" / "v100-sxm3-32gb.yaml"
+    gpu = tmp_path / "my-volta.yaml"
+    gpu.write_text(src.read_text().replace("name: v100-sxm3-32gb", "name: my-volta", 1))
+    row = dict(ROW, run_id="t-001", n_gpus=16, tp=1, pp=2, dp=8, global_batch=16, micro_batch=1,
+               gpus_per_node=16, framework="megatron-lm")
+    df = pd.DataFrame([dict(row, gpu="v100-sxm3-32gb"), dict(row, run_id="t-002", gpu=str(src)),
+                       dict(row, run_id="t-003", gpu=str(gpu))])
+    inputs, status, reason, _ = runs_to_inputs(df)
+    assert list(status) == ["ok"] * 3, reason
+    assert list(inputs["flash_attention"]) == [0.0, 0.0, 0.0]
+    assert not uses_flash_attention("megatron-lm", load_gpu(str(gpu)))
+    assert uses_flash_attention("megatron-lm", load_gpu("a100-sxm4-80gb"))
+
+
 def test_blank_chunk_count_is_one_as_the_contract_states():
     """shared/CONTRACT.md: 'vpp blank -> 1', in every stack (Megatron's interleaving included)."""
     df = pd.DataFrame([dict(ROW, run_id=f"t-00{i}", framework=fw, n_layers=72)

@@ -101,7 +101,8 @@ def _opener(path: Path):
 def _load(path: Path) -> dict:
     opener = _opener(path)
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
+        # utf-8-sig: a byte-order mark (an editor's re-save) is not content, as for every other input
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
             doc = json.load(fh)
     except json.JSONDecodeError as e:
         raise InputError("trace", f"not JSON: {e.msg} (column {e.colno})",
@@ -186,7 +187,7 @@ def _event_where(path: Path, index: int) -> str:
     top-level object with the JSON decoder; just ``path`` if the walk fails. Only called on the
     error path, so the second read costs nothing in the normal case."""
     try:
-        with _opener(path)(path, "rt", encoding="utf-8") as fh:
+        with _opener(path)(path, "rt", encoding="utf-8-sig") as fh:
             text = fh.read()
         dec = json.JSONDecoder()
         ws = re.compile(r"[ \t\n\r]*")

@@ -93,6 +93,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
         _note(row_errors, i, f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})")
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     note_unknown_columns(extras, path, header_line)
+    note_unknown_frameworks(df["framework"], path)
     out = df[SCHEMA_COLUMNS + extras].copy()
     out[ROW_ERRORS] = row_errors
     return out
@@ -121,19 +122,17 @@ def note_unknown_columns(columns: list[str], path, header_line: int) -> None:
           file=sys.stderr)
 
 
-def _check_tflops(df: pd.DataFrame, row_errors: list[str], used: np.ndarray) -> None:
-    """A ``tflops_per_gpu`` above ``MAX_ACHIEVED_OVER_PEAK`` x the GPU's dense peak in the row's precision
-    (blank: the GPU's default) is not a per-GPU measurement (a per-node or cluster total, another unit), as
-    for a GEMM benchmark row (``calibrate.command.check_gemm_rows``). Rows whose GPU or precision has no
-    profile are left to the model's own checks; so are rows whose ground truth is a column before it
-    (``used`` false)."""
-    from perfmodel.catalog import _looks_like_path, load_gpu
-    from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK
-    from perfmodel.specs.job import Precision
+def _row_peaks(df: pd.DataFrame) -> list:
+    """Each row's (GPU spec, precision, dense peak FLOP/s) in the row's precision (blank: the GPU's
+    default), or None where the GPU or the precision has no profile (left to the model's own checks)."""
     from typing import get_args
 
+    from perfmodel.catalog import _looks_like_path, load_gpu
+    from perfmodel.specs.job import Precision
+
     specs: dict[str, object] = {}
-    for i in np.flatnonzero(df["tflops_per_gpu"].notna().to_numpy() & used):
+    out = []
+    for i in range(len(df)):
         gpu = str(df["gpu"].iloc[i]).strip() if isinstance(df["gpu"].iloc[i], str) else ""
         gpu = gpu if _looks_like_path(gpu) else gpu.lower()
         if gpu not in specs:
@@ -142,13 +141,72 @@ def _check_tflops(df: pd.DataFrame, row_errors: list[str], used: np.ndarray) -> 
             except InputError:  # an unknown GPU or a broken profile: the row says so when it is costed
                 specs[gpu] = None
         spec = specs[gpu]
-        if spec is None:
-            continue
         cell = df["precision"].iloc[i]
-        precision = cell.strip().lower() if isinstance(cell, str) and cell.strip() else spec.default_precision
-        if precision not in get_args(Precision):
+        precision = (cell.strip().lower() if isinstance(cell, str) and cell.strip()
+                     else getattr(spec, "default_precision", None))
+        if spec is None or precision not in get_args(Precision):
+            out.append(None)
             continue
-        peak = spec.peak_flop_per_s(precision)
+        out.append((spec, precision, spec.peak_flop_per_s(precision)))
+    return out
+
+
+def note_unknown_frameworks(cells: pd.Series, path) -> None:
+    """One ``note:`` line on stderr naming the framework cells perfmodel has no profile for: those rows run
+    with the generic profile (not an error, CONTRACT.md), but a misspelled stack (``megatron_lm``) would
+    otherwise change their predictions silently. The closest known name is suggested where there is one."""
+    import difflib
+    import sys
+
+    from perfmodel.frameworks import PROFILES
+
+    names = cells.dropna().astype(str).str.strip()
+    unknown = names[~names.str.lower().isin(list(PROFILES))]
+    if unknown.empty:
+        return
+    known = sorted(k for k in PROFILES if k != "generic")
+    shown = []
+    for name, count in unknown.value_counts(sort=False).sort_index().items():
+        key = name.lower().replace("_", "-").replace(" ", "-")
+        close = [key] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.75)
+        shown.append(f"{name!r} ({count} row{'s' if count > 1 else ''}"
+                     + (f"; did you mean {close[0]!r}?)" if close else ")"))
+    print(f"note: {path}: framework(s) with no profile, run with the generic one: {', '.join(shown)}",
+          file=sys.stderr)
+
+
+def _check_tflops(df: pd.DataFrame, row_errors: list[str], used: np.ndarray) -> None:
+    """A ``tflops_per_gpu`` above ``MAX_ACHIEVED_OVER_PEAK`` x the GPU's dense peak in the row's precision
+    (blank: the GPU's default) is not a per-GPU measurement (a per-node or cluster total, another unit), as
+    for a GEMM benchmark row (``calibrate.command.check_gemm_rows``). Rows whose GPU or precision has no
+    profile are left to the model's own checks; so are rows whose ground truth is a column before it
+    (``used`` false). Likewise a throughput (``tokens_per_s_per_gpu``, or a step time with its batch) that
+    needs more than that even at the fewest FLOPs a token can take: 12 L h^2, the forward and backward
+    (6 FLOPs a weight) of the query and output projections alone (h x h each), whatever the MLP or the
+    key/value heads."""
+    from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK
+
+    peaks = _row_peaks(df)
+    tok = df["tokens_per_s_per_gpu"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        timed = (df["global_batch"] * df["seq_len"] / (df["iteration_time_s"] * df["n_gpus"])).to_numpy(float)
+    throughput = np.where(np.isfinite(tok), tok, timed)
+    min_flops_per_token = 12.0 * df["n_layers"].to_numpy(float) * df["hidden_size"].to_numpy(float) ** 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        needed = throughput * min_flops_per_token
+    for i, found in enumerate(peaks):
+        if found is None:
+            continue
+        spec, precision, peak = found
+        if np.isfinite(throughput[i]) and needed[i] > MAX_ACHIEVED_OVER_PEAK * peak:
+            col = "tokens_per_s_per_gpu" if np.isfinite(tok[i]) else "iteration_time_s"
+            flops = f"{needed[i] / 1e12:,.4g} TFLOP/s" if np.isfinite(needed[i]) else "beyond any float of FLOP/s"
+            _note(row_errors, i, f"{col}: {throughput[i]:,.4g} tokens/s/GPU needs at least "
+                  f"{flops} (12 L h^2 FLOPs a token), more than "
+                  f"{MAX_ACHIEVED_OVER_PEAK}x the {spec.name} dense {precision} peak ({peak / 1e12:,.0f} TFLOP/s): "
+                  "not a per-GPU measurement (check the unit)")
+        if not (used[i] and np.isfinite(df["tflops_per_gpu"].iloc[i])):
+            continue
         tflops = float(df["tflops_per_gpu"].iloc[i])
         if tflops * 1e12 > MAX_ACHIEVED_OVER_PEAK * peak:
             _note(row_errors, i, f"tflops_per_gpu: more than {MAX_ACHIEVED_OVER_PEAK}x the {spec.name} dense "

@@ -41,7 +41,6 @@ _MSDS_TGS = re.compile(r"\|\s*tokens per gpu per second \(tgs\):\s*" + _NUM)
 _MSDS_TFLOP = re.compile(r"\|\s*TFLOPs:\s*" + _NUM)
 _DS_TIMER = re.compile(r"global_step=(\d+),.*?CurrSamplesPerSec=" + _NUM)
 _DS_TIMER_OLD = re.compile(r"\b\d+/(\d+), SamplesPerSec=" + _NUM)
-_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # tokens/s per GPU: 'tps' since late 2024, 'wps' before
 _TITAN = re.compile(r"\bstep:\s*(\d+)\s.*?\b[tw]ps:\s*" + _NUM + r"(?:.*?\btflops:\s*" + _NUM +
                     r")?(?:.*?\bmfu:\s*(?:" + _NUM + r"%|N/A))?")
@@ -146,7 +145,7 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     for lineno, raw in enumerate(log_text.splitlines(), start=1):
         last_line = lineno if raw.strip() else last_line
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
-        text = strip_launcher_prefix(_ANSI_RE.sub("", raw))
+        text = strip_launcher_prefix(raw)
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)

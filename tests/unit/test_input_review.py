@@ -1,0 +1,164 @@
+"""Input review findings (2026-11-30), each through the real entry point: a node layout the file does not
+show is said, and a joint fit pinned on a bound applies nothing; outputs never replace inputs; terminal
+colour codes and byte-order marks are not content; an impossible throughput is not a measurement; a
+framework without a profile is named."""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from perfmodel.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+POLARIS_N2 = ROOT / "tests" / "fixtures" / "calibrate_review" / "old_rank_all_reduce_polaris_n2.txt"
+ARGS_LOG = ROOT / "tests" / "fixtures" / "parsers" / "megatron_args_llama2_7b.log"
+RUNS = ROOT / "calibration" / "data" / "runs" / "calibration_runs.csv"
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["perfmodel", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def _runs_row(tmp_path, name="runs.csv", **cells) -> Path:
+    row = {"run_id": "r-001", "n_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 11008, "n_heads": 32,
+           "n_kv_heads": 32, "vocab_size": 32000, "seq_len": 4096, "mlp": "swiglu", "gpu": "h100-sxm5-80gb",
+           "n_gpus": 8, "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64, "framework": "megatron-lm",
+           "tokens_per_s_per_gpu": 3000.0, **cells}
+    path = tmp_path / name
+    pd.DataFrame([row]).to_csv(path, index=False)
+    return path
+
+
+# ---- nccl-tests: the node layout a file does not show -------------------------------------------
+def test_nccl_tests_without_rank_lines_say_the_node_size_and_a_pinned_fit_applies_nothing(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """Polaris' 2 x 4-GPU all_reduce without its Rank lines was fitted as one 8-GPU node, silently: the
+    NVLink efficiency ended on its bound and the latency fitted with it (3.7 ms) was written all the same."""
+    text = "".join(ln for ln in POLARIS_N2.read_text().splitlines(keepends=True) if "Rank" not in ln)
+    bare = tmp_path / "n2_no_ranks.txt"
+    bare.write_text(text)
+    out = tmp_path / "p.yaml"
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--nccl-tests", str(bare),
+                           "--out", str(out))
+    assert code == 1 and not out.exists(), err
+    assert "name no hosts (no Rank lines): nodes of 8 GPUs" in err
+    assert "nor the values fitted with it" in err and "Traceback" not in err
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "4",
+                           "--nccl-tests", str(bare), "--out", str(out))
+    assert code == 0 and out.is_file(), err
+    latency = yaml.safe_load(out.read_text())["gpus"]["a100-sxm4-40gb"].get("intra_node_latency_us", 0.0)
+    assert latency < 100.0  # microseconds, not milliseconds
+
+
+# ---- outputs never replace inputs ---------------------------------------------------------------------
+def test_validate_refuses_to_write_its_predictions_over_the_calibration(tmp_path, monkeypatch, capsys):
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("constants: {nvlink_efficiency: 0.8}\n")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(_runs_row(tmp_path)), "--out", str(cal),
+                           "--calibration", str(cal))
+    assert code == 2 and err.strip().splitlines() == [f"error: {cal}: out: is the --calibration profile; give "
+                                                      "another file for the predictions"]
+    assert cal.read_text() == "constants: {nvlink_efficiency: 0.8}\n"
+
+
+@pytest.mark.parametrize("input_name", ["scaling.csv", "runs_predicted.csv", "candidates.csv"])
+def test_report_refuses_a_folder_where_one_of_its_files_is_an_input(tmp_path, monkeypatch, capsys, input_name):
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    runs = _runs_row(folder, name=input_name)
+    before = runs.read_bytes()
+    code, _, err = run_cli(monkeypatch, capsys, "report", "--model", "llama2-7b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "2",
+                           "--out", str(folder), "--runs", str(runs))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"out: its {input_name} would replace the input {runs}" in err
+    assert runs.read_bytes() == before and not (folder / "report.html").exists()
+
+
+def test_whatif_refuses_a_folder_where_its_csv_is_the_calibration(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    cal = folder / "whatif.csv"  # an odd name for a profile, but the user's file all the same
+    cal.write_text("constants: {nvlink_efficiency: 0.8}\n")
+    code, _, err = run_cli(monkeypatch, capsys, "whatif", "--model", "llama2-7b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "8", "--global-batch", "64", "--vary", "gpus=8,16", "--calibration", str(cal),
+                           "--out", str(folder))
+    assert code == 2 and "out: its whatif.csv would replace the input" in err, err
+    assert cal.read_text() == "constants: {nvlink_efficiency: 0.8}\n"
+
+
+# ---- colour codes and byte-order marks are not content --------------------------------------------
+def test_coloured_nccl_tests_and_megatron_arguments_read_as_plain(tmp_path, monkeypatch, capsys):
+    def colour(line: str) -> str:
+        return f"\x1b[32m{line}\x1b[0m" if line.strip() else line
+
+    nccl = tmp_path / "coloured.txt"
+    nccl.write_text("\n".join(colour(ln) for ln in POLARIS_N2.read_text().splitlines()) + "\n")
+    code, out, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--nccl-tests", str(nccl),
+                             "--out", str(tmp_path / "n.yaml"))
+    assert code == 0, err
+    assert "1 table(s)" in out
+
+    from perfmodel.calibrate.parsers.megatron_args import parse_megatron_arguments
+
+    log = tmp_path / "coloured.log"
+    log.write_text("\n".join(colour(ln) for ln in ARGS_LOG.read_text().splitlines()) + "\n")
+    plain = parse_megatron_arguments(ARGS_LOG)
+    assert plain is not None and dict(parse_megatron_arguments(log)) == dict(plain)
+
+
+def test_a_kineto_trace_with_a_byte_order_mark_reads(tmp_path):
+    from perfmodel.calibrate.parsers import parse_kineto_trace
+
+    doc = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16", "ts": 1, "dur": 10.0}]}
+    plain, marked = tmp_path / "t.json", tmp_path / "bom.json.gz"
+    plain.write_text(json.dumps(doc))
+    with gzip.open(marked, "wb") as fh:
+        fh.write(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    got, want = parse_kineto_trace(marked), parse_kineto_trace(plain)
+    assert got.kernel_time_s == want.kernel_time_s and got.kernel_count == want.kernel_count
+
+
+# ---- impossible throughputs and unknown stacks ---------------------------------------------------
+@pytest.mark.parametrize("cells, column", [
+    ({"tokens_per_s_per_gpu": 1e300}, "tokens_per_s_per_gpu"),
+    ({"tokens_per_s_per_gpu": None, "iteration_time_s": 1e-12}, "iteration_time_s"),
+])
+def test_a_throughput_no_gpu_could_reach_is_not_a_measurement(tmp_path, monkeypatch, capsys, cells, column):
+    """1e300 tokens/s/GPU crashed the report's plot; it needs 1e300 x 12 L h^2 FLOP/s, no GPU's peak."""
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+
+    df = read_runs_csv(_runs_row(tmp_path, **cells))
+    assert f"{column}: " in df["_row_errors"].iloc[0] and "not a per-GPU measurement" in df["_row_errors"].iloc[0]
+    code, _, err = run_cli(monkeypatch, capsys, "report", "--model", "llama2-7b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "2",
+                           "--out", str(tmp_path / "rep"), "--runs", str(_runs_row(tmp_path, name="r2.csv", **cells)))
+    assert code == 0 and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not RUNS.is_file(), reason="calibration runs absent")
+def test_no_measured_run_is_refused_by_the_throughput_bound():
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+
+    assert (read_runs_csv(RUNS)["_row_errors"] == "").all()
+
+
+def test_a_framework_without_a_profile_is_named_with_the_closest_one(tmp_path, monkeypatch, capsys):
+    runs = _runs_row(tmp_path, framework="megatron_lm")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "p.csv"))
+    assert code == 0, err
+    assert ("framework(s) with no profile, run with the generic one: 'megatron_lm' (1 row; did you mean "
+            "'megatron-lm'?)") in err
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(_runs_row(tmp_path, name="ok.csv")),
+                           "--out", str(tmp_path / "q.csv"))
+    assert code == 0 and "framework" not in err, err
