@@ -52,7 +52,28 @@ def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None =
     """The notes of a job on a cluster, whatever its configuration: what its model's source states that is
     not modelled (``ModelSpec.notes``), its stack and its fabric."""
     return list(model.notes if model is not None else ()) + [
-        n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal)) if n]
+        n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal),
+                    unfused_attention_note(job, cluster, cal)) if n]
+
+
+#: from this sequence length on, unfused attention's s x s scores are said (they dominate time and memory)
+UNFUSED_NOTE_SEQ_LEN = 4096
+
+
+def unfused_attention_note(job: JobSpec, cluster: ClusterSpec, cal) -> str | None:
+    """A stack whose profile has no flash attention (DeepSpeed, Megatron-DeepSpeed, GPT-NeoX and OneFlow as
+    measured: SC'21, BLOOM, the ZeRO++ blog) is costed with unfused attention, which at long sequences
+    dominates the step and the activations: say so, where an Ampere-or-newer GPU could run flash kernels."""
+    from perfmodel.frameworks import framework_profile
+
+    if not job.framework or job.seq_len < UNFUSED_NOTE_SEQ_LEN or not cluster.gpu.supports_precision("bf16"):
+        return None
+    profile = cal.framework(job.framework) if cal is not None else framework_profile(job.framework)
+    if profile.flash_attention:
+        return None
+    return (f"{job.framework} is costed with unfused attention (its profile has no flash kernels, as in the runs it "
+            f"was measured on): at {job.seq_len:,} tokens the s x s scores dominate its time and memory; a build "
+            "with FlashAttention would run faster and fit more")
 
 
 def capability_notes(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> list[str]:

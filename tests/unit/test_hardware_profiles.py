@@ -206,3 +206,14 @@ def test_a_gpu_without_a_measured_attention_kernel_runs_at_the_newest_measured_f
         assert gpu.attention_efficiency_max is None
         cluster = ClusterSpec.build(gpu, 8, 8, 400.0)
         assert cluster_arrays(cluster, "bf16", CostConstants())["attn_efficiency_max"] == default
+
+
+@pytest.mark.parametrize("name, smi_mib", [
+    ("h100-sxm5-80gb", 81559), ("h800-sxm5-80gb", 81559), ("h200-sxm-141gb", 143771), ("b200", 183359),
+    ("gb200", 189471), ("b300", 275040), ("gb300", 284208)])
+def test_hbm_capacity_is_what_the_device_reports_not_the_marketed_number(name, smi_mib):
+    """nvidia-smi's memory total (MiB, public nvidia-smi outputs cited in each profile) rounded down to
+    0.1 GiB: the search must never plan on memory the device does not expose (a winner at 140.96 GiB on a
+    '141 GB' H200 that shows 140.4 GiB would not run)."""
+    gib = perfmodel.load_gpu(name).hbm_capacity_gib
+    assert gib == math.floor(smi_mib / 1024 * 10) / 10

@@ -162,3 +162,22 @@ def test_a_framework_without_a_profile_is_named_with_the_closest_one(tmp_path, m
     code, _, err = run_cli(monkeypatch, capsys, "validate", str(_runs_row(tmp_path, name="ok.csv")),
                            "--out", str(tmp_path / "q.csv"))
     assert code == 0 and "framework" not in err, err
+
+
+# ---- stacks without flash attention ---------------------------------------------------------------
+def test_a_stack_costed_with_unfused_attention_says_so_at_long_sequences(monkeypatch, capsys):
+    """DeepSpeed's profile has no flash kernels (its measured runs): at 32K tokens it came out at 10% MFU or
+    did not fit, with no word why. Said from 4K tokens on, on GPUs that could run flash kernels."""
+    args = ["estimate", "--model", "llama3-8b", "--gpus", "8", "--global-batch", "8", "--zero-stage", "3", "--json"]
+    notes = {}
+    for fw, gpu, seq in (("deepspeed", "h100-sxm5-80gb", "32768"), ("deepspeed", "h100-sxm5-80gb", "2048"),
+                         ("megatron-lm", "h100-sxm5-80gb", "32768"), ("deepspeed", "v100-sxm3-32gb", "32768")):
+        code, out, err = run_cli(monkeypatch, capsys, *args, "--framework", fw, "--gpu", gpu, "--seq-len", seq,
+                                 *(["--precision", "fp16"] if gpu.startswith("v100") else []))
+        assert code == 0, err
+        notes[fw, gpu, seq] = [n for n in json.loads(out)["notes"] if "unfused attention" in n]
+    assert len(notes["deepspeed", "h100-sxm5-80gb", "32768"]) == 1
+    assert "at 32,768 tokens" in notes["deepspeed", "h100-sxm5-80gb", "32768"][0]
+    assert notes["deepspeed", "h100-sxm5-80gb", "2048"] == []
+    assert notes["megatron-lm", "h100-sxm5-80gb", "32768"] == []
+    assert notes["deepspeed", "v100-sxm3-32gb", "32768"] == []  # no flash kernels on Volta in any stack

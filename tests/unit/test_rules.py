@@ -74,6 +74,23 @@ def test_capability_rules_limit_the_search_not_a_what_if():
     assert rules.ZERO_PP.reason not in structural_violations(model, cluster, tt, p.model_dump())
 
 
+def test_transformer_engine_stacks_have_no_context_parallelism_before_ampere():
+    """TE's flash and cuDNN fused attention need sm80+: on a V100 only UnfusedDotProductAttention is left,
+    which has no context parallelism. The search never offers cp > 1 there; estimate says the stack cannot
+    run it. On an A100 the same configuration is allowed."""
+    from perfmodel.search import run_search
+
+    model = pm.load_model("gpt3-13b")
+    job = pm.JobSpec(global_batch=512, seq_len=2048, framework="megatron-lm", precision="fp16")
+    volta = pm.ClusterSpec.build(pm.load_gpu("v100-sxm3-32gb"), n_gpus=64, gpus_per_node=16)
+    ampere = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), n_gpus=64)
+    par = pm.ParallelSpec(tp=2, pp=2, cp=2, dp=8)
+    assert rules.TE_CP_HEAD_DIM.reason in structural_violations(model, volta, job, par.model_dump())
+    assert rules.TE_CP_HEAD_DIM.reason not in structural_violations(model, ampere, job, par.model_dump())
+    result = run_search(model, volta, job)
+    assert (result.candidates["cp"] == 1).all() and len(result.candidates) > 0
+
+
 def test_vectorized_rules_agree_with_the_scalar_check():
     """Every rule gives the same answer over a grid (numpy arrays, as the search uses them) and on one
     configuration of plain Python scalars with a string framework (as estimate uses them)."""
@@ -84,7 +101,7 @@ def test_vectorized_rules_agree_with_the_scalar_check():
         "vpp": [1, 2, 4], "micro_batch": [1, 2, 3], "sp": [0, 1], "zero_stage": [0, 1, 2, 3],
         "recompute": [0, 1, 2, 3], "cp_ulysses": [0, 1], "offload_fraction": [0.0, 0.5], "hpz": [0, 1],
         "n_gpus": [48, 64], "gpus_per_node": [8, 12], "seq_len": [4096, 4098], "global_batch": [8, 64],
-        "head_dim": [128.0, 108.0, 288.0]}.items()}
+        "head_dim": [128.0, 108.0, 288.0], "fused_attention_gpu": [0.0, 1.0]}.items()}
     frameworks = np.array(["megatron-lm", "megatron-kwai", "deepspeed", "torchtitan", "nanotron"], dtype=object)
     grid["framework"] = rng.choice(frameworks, n)
     fixed = {"n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "nvlink_domain_gpus": 8}
