@@ -15,3 +15,8 @@ MIN_GBIT_PER_S = 1.0e-3
 #: a measured rate faster than this multiple of the GPU's dense peak for its precision is not a real
 #: measurement (wrong unit, wrong dtype label, TF32 timed as fp32, a per-node total, a broken timer)
 MAX_ACHIEVED_OVER_PEAK = 1.5
+
+#: the fastest a stack's kernels may run in the runs fit (``FrameworkProfile.kernel_efficiency``): 1.15 x the
+#: GEMM model's matmul_training_efficiency 0.85 is the best-shape matmul rate (MAMF); a fit that ends here
+#: says the stack's measured runs are faster than kernel speed explains
+MAX_KERNEL_EFFICIENCY = 1.15

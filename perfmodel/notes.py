@@ -37,6 +37,23 @@ def framework_note(framework: str | None, cal=None) -> str | None:
             f"{values} (the stack it is built on)")
 
 
+def kernel_bound_note(framework: str | None, cal) -> str | None:
+    """A stack whose fitted kernel efficiency ends on the top of its range (every kernel at the best-shape
+    matmul rate) runs, measured, faster than the cost model explains by kernel speed: its estimates lean on
+    that fit, and a comparison with other stacks should say so (nanotron and OneFlow in the shipped profile)."""
+    from perfmodel.limits import MAX_KERNEL_EFFICIENCY
+
+    if cal is None or not framework:
+        return None
+    name = framework.strip().lower()
+    value = cal.frameworks.get(name, {}).get("kernel_efficiency")
+    if value is None or value < 0.99 * MAX_KERNEL_EFFICIENCY:
+        return None
+    return (f"{name}'s fitted kernel efficiency {value:.3f} is at the top of its range ({MAX_KERNEL_EFFICIENCY}: "
+            "every kernel at the best measured matmul rate): its measured runs are faster than the model explains "
+            "by kernel speed, so its estimates lean on that fit; compare it with other stacks with care")
+
+
 def network_note(network: str | None, cal) -> str | None:
     """A fabric named but absent from the calibration runs at datasheet rates: say so (a typo in
     'efa' would otherwise change the answer silently)."""
@@ -52,8 +69,8 @@ def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None =
     """The notes of a job on a cluster, whatever its configuration: what its model's source states that is
     not modelled (``ModelSpec.notes``), its stack and its fabric."""
     return list(model.notes if model is not None else ()) + [
-        n for n in (framework_note(job.framework, cal), network_note(cluster.network, cal),
-                    unfused_attention_note(job, cluster, cal)) if n]
+        n for n in (framework_note(job.framework, cal), kernel_bound_note(job.framework, cal),
+                    network_note(cluster.network, cal), unfused_attention_note(job, cluster, cal)) if n]
 
 
 #: from this sequence length on, unfused attention's s x s scores are said (they dominate time and memory)

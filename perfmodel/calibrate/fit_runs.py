@@ -32,6 +32,7 @@ from scipy.optimize import least_squares
 
 from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS, ZERO3_ENGINE_KEYS, Calibration
 from perfmodel.frameworks import PROFILES
+from perfmodel.limits import MAX_KERNEL_EFFICIENCY
 from perfmodel.runs import runs_to_inputs
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
 from perfmodel.step import step_costs
@@ -39,7 +40,7 @@ from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
 
 FRAMEWORK_PARAMS = {
     # name: (lower, upper, start)
-    "kernel_efficiency": (0.3, 1.15, 0.9),  # at most ~MAMF: 1.15 x matmul_training_efficiency 0.85
+    "kernel_efficiency": (0.3, MAX_KERNEL_EFFICIENCY, 0.9),  # at most ~MAMF: 1.15 x matmul_training_efficiency 0.85
 }
 OVERHEAD_PARAMS = {
     "layer_overhead_s": (0.0, 0.02, 5e-4),

@@ -50,7 +50,7 @@ class ParallelSpec(BaseModel):
         "ulysses (DeepSpeed-Ulysses all-to-all of heads; needs heads divisible by tp*cp).",
     )
     offload_fraction: float = Field(
-        default=0.0, ge=0.0, le=1.0,
+        default=0.0, ge=0.0, le=1.0, allow_inf_nan=False,
         description="Share alpha of warm-up micro-batches' activations offloaded to host memory (ATC'24).",
     )
     order: Literal["tp-cp-dp-pp"] = Field(default="tp-cp-dp-pp", description="Rank placement, innermost first.")

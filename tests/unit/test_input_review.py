@@ -181,3 +181,23 @@ def test_a_stack_costed_with_unfused_attention_says_so_at_long_sequences(monkeyp
     assert notes["deepspeed", "h100-sxm5-80gb", "2048"] == []
     assert notes["megatron-lm", "h100-sxm5-80gb", "32768"] == []
     assert notes["deepspeed", "v100-sxm3-32gb", "32768"] == []  # no flash kernels on Volta in any stack
+
+
+def test_a_stack_fitted_on_the_top_of_its_kernel_rate_is_said():
+    """nanotron's and OneFlow's fitted kernel efficiency ends on the fit's upper bound (MAMF): their estimates
+    lean on it (nanotron came out faster than Megatron-LM on the same job), so they say so."""
+    import perfmodel as pm
+    from perfmodel.calibration_profile import Calibration
+    from perfmodel.limits import MAX_KERNEL_EFFICIENCY
+    from perfmodel.notes import job_notes
+
+    cluster = pm.ClusterSpec.build(pm.load_gpu("a100-sxm4-80gb"), n_gpus=8)
+
+    def notes(fw, cal):
+        job = pm.JobSpec(global_batch=64, seq_len=2048, framework=fw)
+        return [n for n in job_notes(job, cluster, cal) if "top of its range" in n]
+
+    at_top = Calibration(frameworks={"nanotron": {"kernel_efficiency": MAX_KERNEL_EFFICIENCY},
+                                     "megatron-lm": {"kernel_efficiency": 0.9}})
+    assert len(notes("nanotron", at_top)) == 1 and notes("megatron-lm", at_top) == []
+    assert notes("nanotron", Calibration(frameworks={"nanotron": {"kernel_efficiency": 1.0}})) == []
