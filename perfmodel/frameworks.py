@@ -224,11 +224,15 @@ def framework_profile(name: str | None) -> FrameworkProfile:
     return PROFILES.get((name or "generic").strip().lower() or "generic", PROFILES["generic"])
 
 
+def gpu_runs_fused_attention(gpu) -> bool:
+    """Whether ``gpu`` (an AcceleratorSpec) can run flash / cuDNN fused attention: Ampere or newer
+    (FlashAttention README: 'Ampere, Ada, or Hopper GPUs'; Transformer Engine's fused backends need sm80+).
+    Told by the hardware, not the name: pre-Ampere GPUs have no bf16 tensor cores (Volta, Turing: their
+    profiles list bf16 in unsupported_precisions), so a profile YAML given by path is treated like its
+    catalog twin."""
+    return gpu.supports_precision("bf16")
+
+
 def uses_flash_attention(framework: str | None, gpu) -> bool:
-    """Flash attention needs Ampere or newer (FlashAttention README: 'Ampere, Ada, or Hopper GPUs'); old
-    stacks lack it. Pre-Ampere is told by the hardware, not the name: ``gpu`` (an AcceleratorSpec) without
-    bf16 tensor cores (Volta, Turing: their profiles list bf16 in unsupported_precisions), so a profile
-    YAML given by path is treated like its catalog twin."""
-    if not gpu.supports_precision("bf16"):
-        return False
-    return framework_profile(framework).flash_attention
+    """Flash attention needs Ampere or newer (``gpu_runs_fused_attention``); old stacks lack it."""
+    return gpu_runs_fused_attention(gpu) and framework_profile(framework).flash_attention

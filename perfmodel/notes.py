@@ -81,9 +81,9 @@ def unfused_attention_note(job: JobSpec, cluster: ClusterSpec, cal) -> str | Non
     """A stack whose profile has no flash attention (DeepSpeed, Megatron-DeepSpeed, GPT-NeoX and OneFlow as
     measured: SC'21, BLOOM, the ZeRO++ blog) is costed with unfused attention, which at long sequences
     dominates the step and the activations: say so, where an Ampere-or-newer GPU could run flash kernels."""
-    from perfmodel.frameworks import framework_profile
+    from perfmodel.frameworks import framework_profile, gpu_runs_fused_attention
 
-    if not job.framework or job.seq_len < UNFUSED_NOTE_SEQ_LEN or not cluster.gpu.supports_precision("bf16"):
+    if not job.framework or job.seq_len < UNFUSED_NOTE_SEQ_LEN or not gpu_runs_fused_attention(cluster.gpu):
         return None
     profile = cal.framework(job.framework) if cal is not None else framework_profile(job.framework)
     if profile.flash_attention:

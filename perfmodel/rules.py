@@ -21,7 +21,7 @@ import numpy as np
 
 from perfmodel.costs.compute import FLASH_MAX_HEAD_DIM, HEAD_DIM_ALIGN
 from perfmodel.costs.memory import RECOMPUTE_BALANCED, RECOMPUTE_FULL
-from perfmodel.frameworks import PROFILES
+from perfmodel.frameworks import PROFILES, gpu_runs_fused_attention
 
 #: frameworks whose ZeRO-2/3 (or FSDP) does not compose with pipeline parallelism:
 #: DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
@@ -156,9 +156,7 @@ def job_values(model, cluster, job) -> dict:
             "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "head_dim": model.hidden_size / model.n_heads,
             "seq_len": job.seq_len,
             "global_batch": job.global_batch, "framework": (job.framework or "").lower(),
-            # flash and cuDNN fused attention need Ampere or newer; pre-Ampere GPUs are those without bf16
-            # tensor cores (frameworks.uses_flash_attention)
-            "fused_attention_gpu": float(cluster.gpu.supports_precision("bf16"))}
+            "fused_attention_gpu": float(gpu_runs_fused_attention(cluster.gpu))}
 
 
 @dataclass(frozen=True)
