@@ -24,7 +24,7 @@ app = typer.Typer(
 )
 
 from perfmodel.cli_options import (  # noqa: E402  (shared with perfmodel.search.cli)
-    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
+    BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
     PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
 )
 
@@ -60,7 +60,7 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
     return cluster.model_copy(update={"gpus_per_node_stated": gpus_per_node is not None})
 
 
-def build_job(global_batch, seq_len, precision, framework, gpu=None):
+def build_job(global_batch, seq_len, precision, framework, gpu=None, flash_attention=None):
     """The job; a precision left out (None) is bf16, or fp16 on a GPU without bf16 tensor cores."""
     from perfmodel.specs import JobSpec
 
@@ -75,7 +75,8 @@ def build_job(global_batch, seq_len, precision, framework, gpu=None):
                          "the generic profile, an empty one is a mistake")
 
     try:
-        return JobSpec(global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)
+        return JobSpec(global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework,
+                       flash_attention=flash_attention)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
 
@@ -113,6 +114,7 @@ def estimate(
     ] = 0.0,
     precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
+    flash_attention: FlashOpt = None,
     calibration: CalibrationOpt = None,
     deepspeed_config: Annotated[
         Optional[Path],
@@ -172,7 +174,7 @@ def estimate(
         micro_batch = 1 if micro_batch is None else micro_batch
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu, flash_attention)
         if micro_batch <= 0:
             raise InputError("micro_batch", f"must be a positive integer (got {micro_batch})")
         check_model_split(spec, tp, pp, framework)

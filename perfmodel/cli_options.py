@@ -19,6 +19,10 @@ NetworkOpt = Annotated[Optional[str], typer.Option("--network", help="Scale-out 
 PrecisionOpt = Annotated[Optional[str], typer.Option(
     "--precision", help="bf16, fp16, fp8, mxfp8 or nvfp4 (default: bf16; fp16 on a GPU without bf16, e.g. V100).")]
 FrameworkOpt = Annotated[str, typer.Option("--framework", help="Training stack (megatron-lm, nemo, torchtitan, ...).")]
+FlashOpt = Annotated[Optional[bool], typer.Option(
+    "--flash-attention/--no-flash-attention",
+    help="Fused flash attention on or off whatever the stack's profile says (default: the stack's; DeepSpeed, "
+    "Megatron-DeepSpeed, GPT-NeoX and OneFlow are profiled without it).")]
 CalibrationOpt = Annotated[Optional[Path], typer.Option("--calibration", help="Calibrated profile YAML.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 OptionalGpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]

@@ -21,7 +21,7 @@ from perfmodel import rules
 from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC, Calibration, load_calibration
 from perfmodel.constants import CostConstants
 from perfmodel.errors import InputError
-from perfmodel.frameworks import FrameworkProfile, uses_flash_attention
+from perfmodel.frameworks import FrameworkProfile, gpu_runs_fused_attention
 from perfmodel.notes import capability_notes, job_notes
 from perfmodel.rules import first_broken
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
@@ -280,7 +280,8 @@ def build_inputs(
     cluster = cluster.model_copy(update={"gpu": gpu, "scale_out_latency_us": latency_us})
     hardware = cluster_arrays(cluster, job.precision, constants, cal.congestion_nodes(cluster.network), shape)
     profile = cal.framework(job.framework)
-    flash = uses_flash_attention(job.framework, cluster.gpu) and profile.flash_attention
+    stack_flash = profile.flash_attention if job.flash_attention is None else job.flash_attention
+    flash = gpu_runs_fused_attention(cluster.gpu) and stack_flash
     inputs = {
         **model_arrays(model),
         "seq_len": job.seq_len,

@@ -86,11 +86,11 @@ def unfused_attention_note(job: JobSpec, cluster: ClusterSpec, cal) -> str | Non
     if not job.framework or job.seq_len < UNFUSED_NOTE_SEQ_LEN or not gpu_runs_fused_attention(cluster.gpu):
         return None
     profile = cal.framework(job.framework) if cal is not None else framework_profile(job.framework)
-    if profile.flash_attention:
+    if job.flash_attention is not None or profile.flash_attention:  # the user's choice is not a surprise
         return None
     return (f"{job.framework} is costed with unfused attention (its profile has no flash kernels, as in the runs it "
-            f"was measured on): at {job.seq_len:,} tokens the s x s scores dominate its time and memory; a build "
-            "with FlashAttention would run faster and fit more")
+            f"was measured on): at {job.seq_len:,} tokens the s x s scores dominate its time and memory; "
+            "--flash-attention costs a build with FlashAttention")
 
 
 def capability_notes(model: ModelSpec, cluster: ClusterSpec, par: ParallelSpec, job: JobSpec) -> list[str]:

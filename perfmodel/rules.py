@@ -156,7 +156,8 @@ def job_values(model, cluster, job) -> dict:
             "n_heads": model.n_heads, "n_kv_heads": model.n_kv_heads, "head_dim": model.hidden_size / model.n_heads,
             "seq_len": job.seq_len,
             "global_batch": job.global_batch, "framework": (job.framework or "").lower(),
-            "fused_attention_gpu": float(gpu_runs_fused_attention(cluster.gpu))}
+            # fused attention: an Ampere-or-newer GPU, and not turned off for the job (--no-flash-attention)
+            "fused_attention": float(gpu_runs_fused_attention(cluster.gpu) and job.flash_attention is not False)}
 
 
 @dataclass(frozen=True)
@@ -302,13 +303,14 @@ TT_PP_SPLIT = Rule(
         torchtitan_split_ok(x["n_layers"], x["pp"], x["vpp"])),
     ("pp", "vpp", "n_layers", "framework"))
 TE_CP_HEAD_DIM = Rule(
-    24, "cp", f"with Transformer Engine attention needs an Ampere or newer GPU and a head dimension that is a "
+    24, "cp", f"with Transformer Engine attention needs its fused attention (an Ampere or newer GPU, not turned "
+    f"off) and a head dimension that is a "
     f"multiple of {HEAD_DIM_ALIGN:.0f} and at most {FLASH_MAX_HEAD_DIM:.0f} (else only its unfused attention is "
     "left, which has no context parallelism)",
     lambda x: (x["cp"] > 1) & _framework_in(x, TE_ATTENTION) & (
         (np.mod(x["head_dim"], HEAD_DIM_ALIGN) != 0) | (x["head_dim"] > FLASH_MAX_HEAD_DIM)
-        | (x["fused_attention_gpu"] == 0)),
-    ("cp", "head_dim", "fused_attention_gpu", "framework"))
+        | (x["fused_attention"] == 0)),
+    ("cp", "head_dim", "fused_attention", "framework"))
 VPP_STACK = Rule(26, "vpp", "must be 1 in this framework (its pipeline schedule is not interleaved)",
                  lambda x: (x["vpp"] > 1) & _framework_in(x, NO_INTERLEAVING), ("vpp", "framework"))
 RING_CP_STACK = Rule(27, "cp", "with cp_kind ring needs a framework that has ring context parallelism",

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from perfmodel.cli_options import (
-    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, ModelOpt, NetworkOpt, PrecisionOpt,
+    BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, ModelOpt, NetworkOpt, PrecisionOpt,
     ScaleOutOpt, SeqOpt, parse_gpu_counts,
 )
 
@@ -27,6 +27,7 @@ def report(
     network: NetworkOpt = None,
     precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
+    flash_attention: FlashOpt = None,
     calibration: CalibrationOpt = None,
     top: Annotated[int, typer.Option("--top", help=f"Candidates in the table and breakdown plots (1..{MAX_TOP}).")] = 5,
     runs: Annotated[
@@ -60,7 +61,7 @@ def report(
             raise InputError("top", f"must be between 1 and {MAX_TOP} (got {top})")
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu, flash_attention)
         counts = parse_gpu_counts(scaling_gpus, "scaling_gpus")
         for n in counts or ():  # each count as a cluster of this kind (the last node may be part-used)
             try:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from perfmodel.cli_options import (
-    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
+    BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
     PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
 )
 
@@ -61,6 +61,7 @@ def whatif_command(
     network: NetworkOpt = None,
     precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
+    flash_attention: FlashOpt = None,
     calibration: CalibrationOpt = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (mode fixed).")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline-parallel size (mode fixed).")] = 1,
@@ -95,7 +96,7 @@ def whatif_command(
         sweep = parse_vary(vary)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu, flash_attention)
         if "gpu" not in sweep:  # every point runs on the base GPU: a precision it lacks is bad input
             check_precision(cluster.gpu, job.precision)
         par = None

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from perfmodel.cli_options import (  # noqa: E402
-    BatchOpt, CalibrationOpt, FrameworkOpt, GpnOpt, GpuOpt, JsonOpt, ModelOpt, NetworkOpt, PrecisionOpt,
+    BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, JsonOpt, ModelOpt, NetworkOpt, PrecisionOpt,
     ScaleOutOpt, SeqOpt, parse_gpu_counts,
 )
 from perfmodel.cli_options import OptionalGpusOpt as GpusOpt  # noqa: E402
@@ -47,6 +47,7 @@ def recommend(
     network: NetworkOpt = None,
     precision: PrecisionOpt = None,
     framework: FrameworkOpt = "megatron-lm",
+    flash_attention: FlashOpt = None,
     calibration: CalibrationOpt = None,
     top: Annotated[int, typer.Option("--top", help="How many candidates to show.")] = 5,
     json_out: JsonOpt = False,
@@ -97,7 +98,7 @@ def recommend(
             counts = sorted(set(counts) | {gpus})
         base = gpus if gpus is not None else max(counts)
         cluster = build_cluster(gpu, base, gpus_per_node, scale_out_gbit_per_s, network)
-        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu)
+        job = build_job(global_batch, seq_len, precision, framework, cluster.gpu, flash_attention)
         cal = load_calibration(calibration)
         res = run_search(spec, cluster, job, cal, gpu_counts=counts, objective=objective,
                          train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=max(top, 2),

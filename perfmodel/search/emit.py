@@ -175,6 +175,8 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
         f += ["--ds-sequence-parallel-size", str(c["cp"])]
     if c["sp"] and c["tp"] > 1:
         f += ["--sequence-parallel"]
+    if job.flash_attention:  # costed with flash attention (--flash-attention): its FlashAttention-2 switch
+        f += ["--use-flash-attn-v2"]
     f += _batch_recompute_flags(job, c)
     f += ["--fp16"] if job.precision == "fp16" else ["--bf16"]
     f += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(c["zero"])]
@@ -373,6 +375,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         if job.precision not in ("bf16", "fp16"):
             notes.append(f"{job.precision} GEMMs come from Transformer Engine in the model code: the JSON has no "
                          "switch for them and enables bf16")
+        if job.flash_attention and deepspeed_alone(job):
+            notes.append("flash attention was costed: it is the model code's (e.g. Hugging Face "
+                         "attn_implementation='flash_attention_2'), not a DeepSpeed config setting")
         if c["recompute"] in ("selective", "balanced"):
             notes.append(f"{c['recompute']} recompute is chosen in the model code (Megatron-DeepSpeed "
                          "--recompute-granularity selective), not in this JSON")

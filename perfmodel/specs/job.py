@@ -18,6 +18,11 @@ class JobSpec(BaseModel):
         default="megatron-lm",
         description="Training stack; selects overlap/efficiency behaviour. Unknown names use a generic profile.",
     )
+    flash_attention: bool | None = Field(
+        default=None,
+        description="Fused flash attention on (True) or off (False) whatever the stack's profile says (a DeepSpeed "
+        "build with FlashAttention, say); None: the stack's own. Pre-Ampere GPUs have none either way.",
+    )
 
     @field_validator("framework")
     @classmethod

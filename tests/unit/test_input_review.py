@@ -201,3 +201,37 @@ def test_a_stack_fitted_on_the_top_of_its_kernel_rate_is_said():
                                      "megatron-lm": {"kernel_efficiency": 0.9}})
     assert len(notes("nanotron", at_top)) == 1 and notes("megatron-lm", at_top) == []
     assert notes("nanotron", Calibration(frameworks={"nanotron": {"kernel_efficiency": 1.0}})) == []
+
+
+def test_flash_attention_can_be_turned_on_or_off_for_the_job(monkeypatch, capsys):
+    """--flash-attention costs a DeepSpeed build with FlashAttention (its profile has none): faster and
+    smaller at 16K tokens, without the unfused-attention note; --no-flash-attention the other way round for
+    Megatron-LM, whose Transformer Engine attention then has no context parallelism. A V100 has no flash
+    kernels either way."""
+    import perfmodel as pm
+    from perfmodel.search.emit import megatron_flags
+
+    def est(*extra, gpu="h100-sxm5-80gb", fw="deepspeed"):
+        code, out, err = run_cli(monkeypatch, capsys, "estimate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8",
+                                 "--seq-len", "16384", "--global-batch", "8", "--framework", fw, "--json",
+                                 *(["--precision", "fp16"] if gpu.startswith("v100") else []), *extra)
+        assert code == 0, err
+        return json.loads(out)
+
+    base, on, off = est("--zero-stage", "3"), est("--zero-stage", "3", "--flash-attention"), \
+        est("--zero-stage", "3", "--no-flash-attention")
+    assert on["tokens_per_s_per_gpu"] > 1.5 * base["tokens_per_s_per_gpu"] and on["memory_gib"] < base["memory_gib"]
+    assert off["tokens_per_s_per_gpu"] == base["tokens_per_s_per_gpu"]
+    assert any("unfused attention" in n for n in base["notes"]) and on["notes"] == [] and off["notes"] == []
+    mlm, mlm_off = est(fw="megatron-lm"), est("--no-flash-attention", fw="megatron-lm")
+    assert mlm_off["tokens_per_s_per_gpu"] < mlm["tokens_per_s_per_gpu"]
+    cp_off = est("--no-flash-attention", "--cp", "2", fw="megatron-lm")
+    assert any("cannot run this configuration" in n and "fused attention" in n for n in cp_off["notes"])
+    volta = [est("--zero-stage", "3", *f, gpu="v100-sxm3-32gb")["tokens_per_s_per_gpu"] for f in ([], ["--flash-attention"])]
+    assert volta[0] == volta[1]
+    row = dict(tp=1, pp=1, dp=8, cp=1, vpp=1, micro_batch=1, sp=False, zero_stage=1, zeropp="", recompute="full",
+               cp_kind="ring")
+    model = pm.load_model("llama3-8b")
+    job = pm.JobSpec(global_batch=8, seq_len=16384, framework="megatron-deepspeed")
+    assert "--use-flash-attn-v2" not in megatron_flags(model, job, row)
+    assert "--use-flash-attn-v2" in megatron_flags(model, job.model_copy(update={"flash_attention": True}), row)

@@ -101,7 +101,7 @@ def test_vectorized_rules_agree_with_the_scalar_check():
         "vpp": [1, 2, 4], "micro_batch": [1, 2, 3], "sp": [0, 1], "zero_stage": [0, 1, 2, 3],
         "recompute": [0, 1, 2, 3], "cp_ulysses": [0, 1], "offload_fraction": [0.0, 0.5], "hpz": [0, 1],
         "n_gpus": [48, 64], "gpus_per_node": [8, 12], "seq_len": [4096, 4098], "global_batch": [8, 64],
-        "head_dim": [128.0, 108.0, 288.0], "fused_attention_gpu": [0.0, 1.0]}.items()}
+        "head_dim": [128.0, 108.0, 288.0], "fused_attention": [0.0, 1.0]}.items()}
     frameworks = np.array(["megatron-lm", "megatron-kwai", "deepspeed", "torchtitan", "nanotron"], dtype=object)
     grid["framework"] = rng.choice(frameworks, n)
     fixed = {"n_layers": 80, "n_heads": 64, "n_kv_heads": 8, "nvlink_domain_gpus": 8}
