@@ -231,7 +231,7 @@ def validate(
     import pandas as pd
 
     from perfmodel.calibration_profile import load_calibration
-    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.calibrate.parsers.runs_csv import gpu_profile_paths, read_runs_csv
     from perfmodel.errors import output_file, same_file, write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
@@ -241,12 +241,11 @@ def validate(
         if out.is_dir():
             raise InputError("out", "is a folder; give a CSV file path", where=str(out))
         output_file(out)  # a device, FIFO or socket, or a file where a folder should be
-        if same_file(out, runs_csv):
-            raise InputError("out", "is the runs CSV being validated; give another file for the predictions",
-                             where=str(out))
-        if calibration is not None and same_file(out, calibration):
-            raise InputError("out", "is the --calibration profile; give another file for the predictions",
-                             where=str(out))
+        inputs = {"the runs CSV being validated": runs_csv, "the --calibration profile": calibration,
+                  **{f"the GPU profile {g} that the runs CSV names": g for g in gpu_profile_paths(df)}}
+        for what, src in inputs.items():
+            if src is not None and same_file(out, src):
+                raise InputError("out", f"is {what}; give another file for the predictions", where=str(out))
     except (InputError, ValidationError) as exc:
         fail(exc)
     try:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from perfmodel.calibrate.fit_collectives import BOUNDS, refused_bound
 from perfmodel.calibration_profile import GPU_CONSTANT_KEYS, NETWORK_GPU_KEYS, Calibration
 from perfmodel.errors import InputError
@@ -65,26 +67,66 @@ def node_size(spec: AcceleratorSpec, gpus_per_node: int | None, tables,
     return seen, "nccl-tests Rank lines"
 
 
-def drop_refused(fitted: dict) -> tuple[dict, dict[str, float], dict[str, float]]:
-    """(what of ``fitted`` is applied, {parameter: value} on a refused bound, {parameter: value} fitted with
-    them). The values come from one joint fit: where one of them ends on a refused end of its range, the
-    others compensate for it (a node size read wrong pins the NVLink efficiency and inflates the latency),
-    so none of the fit is applied."""
-    dropped: dict[str, float] = {}
-    others: dict[str, float] = {}
+#: the values the single-node tables fit, before (and held fixed under) the multi-node tables' own
+INTRA_NODE_KEYS = frozenset({"nvlink_efficiency", "intra_node_latency_us"})
+
+
+def tiers_fitted_apart(tables, gpus_per_node: int) -> bool:
+    """Whether the fit ran its tiers one after the other (``fit_collectives.fit_collectives``): single-node
+    tables (of the shared collectives) beside multi-node ones, so the intra-node values were fitted first
+    and held fixed under the inter-node ones."""
+    from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC
+
+    spans = {(t.n_nodes or -(-int(t.n_ranks) // max(int(gpus_per_node), 1))) > 1
+             for t in tables if t.op not in NETWORK_OP_SPECIFIC and t.n_ranks}
+    return spans == {True, False}
+
+
+def drop_refused(fitted: dict, tiers_apart: bool = False) -> tuple[dict, dict[str, float], dict[str, float]]:
+    """(what of ``fitted`` is applied, {parameter: value} on a refused bound, {parameter: value} dropped with
+    them). The fit runs in stages (``fit_collectives``): the intra-node tier (``tiers_apart``: on single-node
+    tables alone), then the inter-node tier with it fixed, then each collective's own values (``op.`` keys)
+    on top. A value on a refused end of its range means its stage does not explain its tables, and the other
+    values of that stage compensate for it: the stage is dropped with every stage fitted on top of it (an
+    intra-node value: everything; an inter-node one: the inter-node and the collectives' own; a collective's
+    own: that collective's). Values that were not fitted (a switched-off protocol at 0, an infinite
+    congestion) are not listed."""
     entries = [fitted.get("constants") or {}] + [
         entry for part in ("gpus", "networks") for entry in (fitted.get(part) or {}).values()]
-    for entry in entries:
-        for k, v in entry.items():
-            if isinstance(v, (int, float)) and refused_bound(k, float(v)):
-                dropped[k] = float(v)
-    if not dropped:
+
+    def stage(key: str) -> str:
+        op, _, name = key.rpartition(".")
+        if op:
+            return op
+        return "intra" if (tiers_apart and name in INTRA_NODE_KEYS) else "main"
+
+    refused = {stage(k) for e in entries for k, v in e.items()
+               if isinstance(v, (int, float)) and refused_bound(k, float(v))}
+    if not refused:
         return fitted, {}, {}
-    for entry in entries:
-        for k, v in entry.items():
-            if isinstance(v, (int, float)) and k not in dropped and k.rpartition(".")[2] in BOUNDS:
-                others[k] = float(v)
-    return {"constants": {}, "gpus": {}, "networks": {}}, dropped, others
+
+    def dropped_stage(s: str) -> bool:
+        return "intra" in refused or s in refused or ("main" in refused and s != "intra")
+
+    dropped: dict[str, float] = {}
+    others: dict[str, float] = {}
+    applied: dict = {"constants": {}, "gpus": {}, "networks": {}}
+    for part in ("constants", "gpus", "networks"):
+        named = {"": fitted.get("constants") or {}} if part == "constants" else (fitted.get(part) or {})
+        for name, entry in named.items():
+            keep = {}
+            for k, v in entry.items():
+                if not dropped_stage(stage(k)):
+                    keep[k] = v
+                elif isinstance(v, (int, float)) and refused_bound(k, float(v)):
+                    dropped[k] = float(v)
+                elif isinstance(v, (int, float)) and np.isfinite(v) and v > 0 and k.rpartition(".")[2] in BOUNDS:
+                    others[k] = float(v)
+            if part == "constants":
+                applied["constants"] = keep
+            else:
+                applied[part][name] = keep
+    return applied, dropped, others
 
 
 def fitted_values(fitted: dict) -> int:

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from scipy.optimize import least_squares
 
 from perfmodel.calibrate.apply_collectives import (
-    DEFAULT_NODE_SIZE, drop_refused, fitted_values, merge_fit, node_size,
+    DEFAULT_NODE_SIZE, drop_refused, fitted_values, merge_fit, node_size, tiers_fitted_apart,
 )
 from perfmodel.calibrate.fit_collectives import fit_from_tables
 from perfmodel.calibrate.gpu_family import check_device_matches
@@ -419,11 +419,12 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
         if len(unfitted) == len(parsed_nccl) and not others:
             raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
         print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
-    fitted, dropped, with_them = drop_refused(fit.overrides)
+    tables = [t for _, ts in parsed_nccl for t in ts]
+    fitted, dropped, with_them = drop_refused(fit.overrides, tiers_fitted_apart(tables, cluster["gpus_per_node"]))
     if dropped:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in dropped.items())
-        also = (f" (nor the values fitted with it: {', '.join(f'{k} = {v:.4g}' for k, v in with_them.items())})"
-                if with_them else "")
+        also = (f" (nor the values of its fit stage and those fitted on top of it: "
+                f"{', '.join(f'{k} = {v:.4g}' for k, v in with_them.items())})" if with_them else "")
         print(f"warning: nccl-tests: the fit of {shown} ends on the bound of its range: the collective model does "
               "not explain these tables with it (check --gpu, --gpus-per-node and --scale-out-gbit-per-s), so it is "
               f"not applied{also}", file=sys.stderr)

@@ -50,6 +50,7 @@ def report(
     from perfmodel.cli import build_cluster, build_job, fail
     from perfmodel.notes import job_notes
     from perfmodel.errors import InputError, from_validation_error, output_folder
+    from perfmodel.calibrate.parsers.runs_csv import gpu_profile_paths
     from perfmodel.report import collect, write_report
 
     try:
@@ -82,7 +83,8 @@ def report(
                    f"(global batch {global_batch}, seq len {seq_len}): nothing to report", err=True)
         raise typer.Exit(1)
     try:
-        files = write_report(data, out, inputs=[p for p in (runs, calibration, model, gpu) if p])
+        gpu_files = gpu_profile_paths(runs_df) if runs_df is not None else []
+        files = write_report(data, out, inputs=[p for p in (runs, calibration, model, gpu, *gpu_files) if p])
     except InputError as exc:  # a device, FIFO or socket where a file of the report goes
         fail(exc)
     except OSError as exc:

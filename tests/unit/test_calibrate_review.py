@@ -104,7 +104,7 @@ def test_an_nccl_fit_on_its_bound_is_reported_and_not_applied(tmp_path, monkeypa
     code, err, prof = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(P5_1NODE), gpu="a100-sxm4-80gb")
     assert code == 1 and prof is None, err
     assert "nvlink_efficiency = 1.2" in err and "not applied" in err
-    assert "nor the values fitted with it: intra_node_latency_us" in err
+    assert "nor the values of its fit stage and those fitted on top of it: intra_node_latency_us" in err
     assert err.rstrip().splitlines()[-1].startswith("error: nothing was fitted from")
 
 

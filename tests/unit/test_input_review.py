@@ -52,7 +52,7 @@ def test_nccl_tests_without_rank_lines_say_the_node_size_and_a_pinned_fit_applie
                            "--out", str(out))
     assert code == 1 and not out.exists(), err
     assert "name no hosts (no Rank lines): nodes of 8 GPUs" in err
-    assert "nor the values fitted with it" in err and "Traceback" not in err
+    assert "nor the values of its fit stage" in err and "Traceback" not in err
     code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "4",
                            "--nccl-tests", str(bare), "--out", str(out))
     assert code == 0 and out.is_file(), err
@@ -235,3 +235,51 @@ def test_flash_attention_can_be_turned_on_or_off_for_the_job(monkeypatch, capsys
     job = pm.JobSpec(global_batch=8, seq_len=16384, framework="megatron-deepspeed")
     assert "--use-flash-attn-v2" not in megatron_flags(model, job, row)
     assert "--use-flash-attn-v2" in megatron_flags(model, job.model_copy(update={"flash_attention": True}), row)
+
+
+def test_a_refused_value_drops_its_fit_stage_and_those_on_top_not_the_ones_below():
+    """The nccl-tests fit runs in stages: the intra-node values on single-node tables, then the inter-node
+    ones with those fixed, then a collective's own on top. A refused inter-node value cannot have bent the
+    intra-node values fitted before it: they are applied (a 1-node H100 file beside a 2-node one wrote
+    nothing, where the 1-node file alone writes its NVLink efficiency)."""
+    from perfmodel.calibrate.apply_collectives import drop_refused
+
+    fitted = {"constants": {"nic_efficiency": 0.999},
+              "gpus": {"h100": {"nvlink_efficiency": 1.06, "intra_node_latency_us": 147.0}},
+              "networks": {"efa": {"scale_out_latency_us": 500.0, "ll_bandwidth_ratio": 0.0,
+                                   "all_gather.nic_efficiency": 0.8}}}
+    applied, dropped, others = drop_refused(fitted, tiers_apart=True)
+    assert applied["gpus"]["h100"] == {"nvlink_efficiency": 1.06, "intra_node_latency_us": 147.0}
+    assert applied["constants"] == {} and applied["networks"]["efa"] == {}
+    assert dropped == {"nic_efficiency": 0.999}
+    assert others == {"scale_out_latency_us": 500.0, "all_gather.nic_efficiency": 0.8}  # not the switched-off 0
+    # the same values fitted in one stage (no single-node table apart): nothing is applied
+    applied, _, others = drop_refused(fitted, tiers_apart=False)
+    assert applied["gpus"]["h100"] == {} and "nvlink_efficiency" in others
+    # a collective's own value on its bound drops that collective's values only
+    own = {"constants": {}, "gpus": {"h100": {"nvlink_efficiency": 0.9}},
+           "networks": {"efa": {"nic_efficiency": 0.7, "all_gather.nic_efficiency": 0.005,
+                                "all_gather.scale_out_latency_us": 40.0}}}
+    applied, dropped, others = drop_refused(own, tiers_apart=True)
+    assert applied["networks"]["efa"] == {"nic_efficiency": 0.7} and applied["gpus"]["h100"] == {"nvlink_efficiency": 0.9}
+    assert dropped == {"all_gather.nic_efficiency": 0.005} and others == {"all_gather.scale_out_latency_us": 40.0}
+
+
+def test_validate_and_report_never_replace_a_gpu_profile_the_runs_csv_names(tmp_path, monkeypatch, capsys):
+    gpu = tmp_path / "mygpu.yaml"
+    gpu.write_text((ROOT / "hardware_profiles" / "h100-sxm5-80gb.yaml").read_text().replace(
+        "name: h100-sxm5-80gb", "name: mygpu", 1))
+    before = gpu.read_bytes()
+    runs = _runs_row(tmp_path, gpu=str(gpu))
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(gpu))
+    assert code == 2 and f"out: is the GPU profile {gpu} that the runs CSV names" in err, err
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    inside = folder / "scaling.csv"
+    inside.write_bytes(before)
+    runs = _runs_row(tmp_path, name="r2.csv", gpu=str(inside))
+    code, _, err = run_cli(monkeypatch, capsys, "report", "--model", "llama2-7b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "2",
+                           "--out", str(folder), "--runs", str(runs))
+    assert code == 2 and "would replace the input" in err, err
+    assert gpu.read_bytes() == before and inside.read_bytes() == before

@@ -122,13 +122,15 @@ def test_zeropp_stops_paying_on_one_node_and_pays_more_on_more_nodes():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from zeropp_whatif import whatif_nodes
 
-    t = whatif_nodes(nodes=(1, 2, 24), bandwidths=(100, 400), tokens=("1K", "2K"))
+    t = whatif_nodes(nodes=(1, 2, 8, 24), bandwidths=(100, 400), tokens=("1K", "2K"))
     assert t.zeropp_fits.all()
     sp = t.set_index(["tokens_per_gpu", "gbit_per_s", "nodes"]).speedup_pred
     for tok in ("1K", "2K"):
         for bw in (100, 400):
             assert abs(sp[tok, bw, 1] - 1.0) < 0.03
-            assert sp[tok, bw, 1] < sp[tok, bw, 2] < sp[tok, bw, 24]
+            assert sp[tok, bw, 1] < sp[tok, bw, 2] < sp[tok, bw, 8]
+        assert sp[tok, 400, 8] < sp[tok, 400, 24]  # at 400 Gbit/s still growing at the pairs' 24 nodes
+        assert sp[tok, 100, 24] <= sp[tok, 100, 8]  # at 100 Gbit/s most around 8 nodes (README)
         assert sp[tok, 100, 24] > sp[tok, 400, 24] > 1.0
 
 

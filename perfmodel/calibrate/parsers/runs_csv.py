@@ -151,6 +151,15 @@ def _row_peaks(df: pd.DataFrame) -> list:
     return out
 
 
+def gpu_profile_paths(df: pd.DataFrame) -> list[str]:
+    """The ``gpu`` cells that name a hardware-profile file rather than a catalog GPU (inputs an output
+    must not replace)."""
+    from perfmodel.catalog import _looks_like_path
+
+    cells = df["gpu"].dropna().astype(str).str.strip() if "gpu" in df else pd.Series(dtype=str)
+    return sorted({c for c in cells if c and _looks_like_path(c)})
+
+
 def note_unknown_frameworks(cells: pd.Series, path) -> None:
     """One ``note:`` line on stderr naming the framework cells perfmodel has no profile for: those rows run
     with the generic profile (not an error, CONTRACT.md), but a misspelled stack (``megatron_lm``) would
