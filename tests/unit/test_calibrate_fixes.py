@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from perfmodel.calibrate.parsers import parse_nccl_tests
-from perfmodel.cli import main
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "calibration" / "data"
@@ -24,12 +24,6 @@ HEADER = ("#       size         count      type   redop    root     time   algbw
           "     time   algbw   busbw #wrong\n")
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr("sys.argv", ["perfmodel", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def _comm_s(monkeypatch, capsys, op, size, gpus, gpn, gpu, bw, network, profile=None) -> float:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import errno
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from perfmodel.cli import main
+from cli_helpers import run_cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "parsers"
 NCCL_HEADER = ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
@@ -95,12 +94,6 @@ CASES = {
 }
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["perfmodel", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def assert_one_error(code: int, err: str, expected: str, rc: int = 2) -> None:

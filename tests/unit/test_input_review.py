@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from perfmodel.cli import main
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 POLARIS_N2 = ROOT / "tests" / "fixtures" / "calibrate_review" / "old_rank_all_reduce_polaris_n2.txt"
@@ -21,12 +20,6 @@ ARGS_LOG = ROOT / "tests" / "fixtures" / "parsers" / "megatron_args_llama2_7b.lo
 RUNS = ROOT / "calibration" / "data" / "runs" / "calibration_runs.csv"
 
 
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["perfmodel", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def _runs_row(tmp_path, name="runs.csv", **cells) -> Path:
