@@ -104,7 +104,7 @@ def group_layout(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=Fals
     A group of n ranks at stride s covers a block of n s consecutive GPUs; the blocks tile the job.
     * A job of ``job_gpus`` <= D GPUs has no domain boundary inside it: all n ranks share one.
     * Blocks line up with the domains when D divides n s or n s divides D: D / s ranks in each of
-      n s / D domains (all n in one when the block fits).
+      n s / D domains (all n in one when the block fits), where s divides D.
     * Otherwise some block straddles a boundary and the worst one sets the pace (``_worst_block``):
       TP 4 on 6-GPU nodes, ranks 4-7 sit 2 + 2 on two nodes; DP 128 as the whole job on NVL72 racks,
       72 + 56; TP 16 on 144 GB200s, ranks 64-79 sit 8 + 8.
@@ -121,9 +121,12 @@ def group_layout(group_size, stride, domain_gpus, job_gpus=np.inf, lined_up=Fals
         return k, n_domains, k
     N = np.asarray(job_gpus, dtype=float)
     span = n * s
-    # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point)
+    # n s divides D, or D divides n s (ratios of whole numbers: exact in floating point); a block that lines
+    # up with the domains but whose stride does not divide D (ranks 0, 4, 8 on 6-GPU nodes: 2 + 1) holds
+    # uneven pieces, which the worst-block walk counts (D / s ranks a domain would count 3 domains)
     up, down = D / span, span / D
-    misfit = (up != np.floor(up)) & (down != np.floor(down)) & (N > D)
+    uneven = (np.mod(D, s) != 0) & (s < D) & (span > D)
+    misfit = (((up != np.floor(up)) & (down != np.floor(down))) | uneven) & (N > D)
     if np.any(misfit):  # rare: power-of-two layouts on 8-GPU nodes never are
         shape = np.broadcast(n, s, D, N).shape
         span_b, D_b, N_b, s_b = (np.broadcast_to(v, shape)[np.broadcast_to(misfit, shape)] for v in (span, D, N, s))

@@ -293,6 +293,8 @@ def test_an_uneven_group_is_never_faster_than_its_fullest_domain(op, n, fullest)
     ((16, 1, 72, 144), (8, 2, 8)),     # TP 16 on 144 GB200s: ranks 64-79 sit 8 + 8
     ((14, 1, 8, 14), (6, 2, 8)),       # 14 ranks as 8 + 6
     ((128, 1, 72, 128), (56, 2, 72)),  # DP 128 as the whole job on NVL72 racks: 72 + 56
+    ((3, 4, 6, 24), (1, 2, 2)),        # ranks 0, 4, 8 on 6-GPU nodes: 2 + 1 on two nodes (not three)
+    ((4, 3, 6, 24), (2, 2, 2)),        # ranks 0, 3, 6, 9: 2 + 2 (the stride divides the node)
 ])
 def test_group_layout_names_the_smallest_and_the_fullest_piece_of_the_worst_block(args, layout):
     from perfmodel.costs.comm import group_layout
