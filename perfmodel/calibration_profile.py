@@ -35,7 +35,8 @@ NETWORK_SHAPE_DEFAULTS = {"ring_inter_node": 0.0, "latency_log2_coeff": 0.5, "ri
 NETWORK_OP_SPECIFIC = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 #: the calibrated per-GPU values a part shares with the one it names in calibration_from: the fabric-side
-#: collective latencies, not the kernel efficiencies its own measurements may state
+#: collective latencies (and, in ``for_network``, the NVLink efficiency fitted with them), not the kernel
+#: efficiencies its own measurements may state
 SIBLING_KEYS = frozenset({"intra_node_latency_us", "scale_out_latency_us"})
 #: what a stack takes from the calibration of the stack it is built on (FrameworkProfile.calibration_from):
 #: the kernels' efficiency and the per-micro-batch cost of the engine both run (GPT-NeoX and Megatron-DeepSpeed:
@@ -121,7 +122,11 @@ class Calibration(BaseModel):
         """(constants, GPU spec, collective-shape values) with the fabric's fitted values applied, over
         the GPU's own values of shared constants (GPU_CONSTANT_KEYS), over the shared constants."""
         over = self.network_values(network, op)
-        own = {k: v for k, v in self.gpus.get(spec.name, {}).items() if k in GPU_CONSTANT_KEYS}
+        # the GPU's own NVLink efficiency, else the sibling's (calibration_from), fitted with the sibling's
+        # latencies that ``gpu`` hands on: the two travel together (a latency without the efficiency it was
+        # fitted with made an H200 slower than the H100 whose values it took)
+        own = {k: v for name in (spec.calibration_from or "", spec.name)
+               for k, v in self.gpus.get(name, {}).items() if k in GPU_CONSTANT_KEYS}
         constants = self.cost_constants().model_copy(
             update={**own, **{k: over[k] for k in NETWORK_CONSTANT_KEYS if k in over}})
         gpu = self.gpu(spec).model_copy(update={k: over[k] for k in NETWORK_GPU_KEYS if k in over})

@@ -307,7 +307,7 @@ def step_outputs(model: ModelSpec, cluster: ClusterSpec, parallel: ParallelSpec,
 
 
 def estimate(
-    model: ModelSpec,
+    model: ModelSpec | str,
     cluster: ClusterSpec,
     parallel: ParallelSpec,
     job: JobSpec,
@@ -318,7 +318,12 @@ def estimate(
     ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node). A ``job`` whose
     precision was left out trains in the GPU's default (``JobSpec.for_gpu``); a ``parallel`` that does not
     state its ZeRO stage runs the stack's default (``rules.default_zero_stage``: 3 under torchtitan's FSDP,
-    else 1), as the CLI and a fixed what-if do."""
+    else 1), as the CLI and a fixed what-if do. ``model`` may be a catalog name or a model file, as in
+    ``search`` and ``whatif``."""
+    if isinstance(model, str):
+        from perfmodel.catalog import load_model
+
+        model = load_model(model)
     job = job.for_gpu(cluster.gpu)
     if "zero_stage" not in parallel.model_fields_set:
         parallel = parallel.model_copy(update={"zero_stage": rules.default_zero_stage(job.framework)})

@@ -78,12 +78,22 @@ UNFUSED_NOTE_SEQ_LEN = 4096
 
 
 def unfused_attention_note(job: JobSpec, cluster: ClusterSpec, cal) -> str | None:
-    """A stack whose profile has no flash attention (DeepSpeed, Megatron-DeepSpeed, GPT-NeoX and OneFlow as
-    measured: SC'21, BLOOM, the ZeRO++ blog) is costed with unfused attention, which at long sequences
-    dominates the step and the activations: say so, where an Ampere-or-newer GPU could run flash kernels."""
+    """Attention costed unfused where it dominates, or against the user's word: on a pre-Ampere GPU
+    (no flash kernels in any stack) a --flash-attention that cannot apply, or a sequence of 4K tokens or
+    more; on newer GPUs a stack whose profile has no flash attention (DeepSpeed, Megatron-DeepSpeed,
+    GPT-NeoX and OneFlow as measured: SC'21, BLOOM, the ZeRO++ blog) at 4K tokens or more."""
     from perfmodel.frameworks import framework_profile, gpu_runs_fused_attention
 
-    if not job.framework or job.seq_len < UNFUSED_NOTE_SEQ_LEN or not gpu_runs_fused_attention(cluster.gpu):
+    long = job.seq_len >= UNFUSED_NOTE_SEQ_LEN
+    if not gpu_runs_fused_attention(cluster.gpu):
+        if job.flash_attention:
+            return (f"--flash-attention does not apply on {cluster.gpu.name}: flash kernels need an Ampere or newer "
+                    "GPU, so attention is costed unfused")
+        if long and job.flash_attention is None:
+            return (f"{cluster.gpu.name} has no flash kernels (they need Ampere or newer): attention is costed "
+                    f"unfused, and at {job.seq_len:,} tokens its s x s scores dominate the time and memory")
+        return None
+    if not job.framework or not long:
         return None
     profile = cal.framework(job.framework) if cal is not None else framework_profile(job.framework)
     if job.flash_attention is not None or profile.flash_attention:  # the user's choice is not a surprise

@@ -394,8 +394,11 @@ def search(
     n_evaluated, n_feasible, search_time_s and notes (``perfmodel.notes.job_notes``: a stack or fabric
     without a profile, a borrowed kernel efficiency). An empty frame means nothing fits.
     """
+    from perfmodel.errors import InputError
     from perfmodel.notes import job_notes
 
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise InputError("top", f"must be a positive integer (got {top!r})")
     if isinstance(model, str):
         from perfmodel.catalog import load_model
 

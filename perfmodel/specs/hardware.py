@@ -6,6 +6,8 @@ Human units with explicit suffixes in the files (``hbm_bandwidth_gb_per_s``,
 """
 from __future__ import annotations
 
+import math
+
 from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -273,7 +275,15 @@ class ClusterSpec(BaseModel):
         scale_out_latency_us: float | None = None,
         network: str | None = None,
     ) -> "ClusterSpec":
-        """A cluster with the GPU's defaults for what is not given."""
+        """A cluster with the GPU's defaults for what is not given (None); a given value is checked, not
+        replaced (0 GPUs per node is a mistake, not 'the default')."""
+        from perfmodel.errors import InputError
+
+        for name, value in (("gpus_per_node", gpus_per_node), ("scale_out_gbit_per_s_per_node", scale_out_gbit_per_s_per_node),
+                            ("scale_out_latency_us", scale_out_latency_us)):
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and math.isfinite(value) and value > 0):
+                raise InputError(name, f"must be a positive number (got {value!r})")
         gpn = gpus_per_node or gpu.default_gpus_per_node
         domain = nvlink_domain(gpu, gpn)
         return cls(

@@ -24,6 +24,14 @@ class JobSpec(BaseModel):
         "build with FlashAttention, say); None: the stack's own. Pre-Ampere GPUs have none either way.",
     )
 
+    @field_validator("flash_attention", mode="before")
+    @classmethod
+    def _flash_is_a_switch(cls, value):
+        """True, False or None: 'yes' or 1 is a typo, not a switch to coerce."""
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"must be true, false or left out (got {value!r})")
+        return value
+
     @field_validator("framework")
     @classmethod
     def _framework_name(cls, value: str) -> str:

@@ -168,12 +168,14 @@ def test_a_stack_costed_with_unfused_attention_says_so_at_long_sequences(monkeyp
         code, out, err = run_cli(monkeypatch, capsys, *args, "--framework", fw, "--gpu", gpu, "--seq-len", seq,
                                  *(["--precision", "fp16"] if gpu.startswith("v100") else []))
         assert code == 0, err
-        notes[fw, gpu, seq] = [n for n in json.loads(out)["notes"] if "unfused attention" in n]
+        notes[fw, gpu, seq] = [n for n in json.loads(out)["notes"] if "unfused" in n]
     assert len(notes["deepspeed", "h100-sxm5-80gb", "32768"]) == 1
     assert "at 32,768 tokens" in notes["deepspeed", "h100-sxm5-80gb", "32768"][0]
     assert notes["deepspeed", "h100-sxm5-80gb", "2048"] == []
     assert notes["megatron-lm", "h100-sxm5-80gb", "32768"] == []
-    assert notes["deepspeed", "v100-sxm3-32gb", "32768"] == []  # no flash kernels on Volta in any stack
+    # no flash kernels on Volta in any stack: said as the GPU's, not the stack's
+    assert len(notes["deepspeed", "v100-sxm3-32gb", "32768"]) == 1
+    assert notes["deepspeed", "v100-sxm3-32gb", "32768"][0].startswith("v100-sxm3-32gb has no flash kernels")
 
 
 def test_a_stack_fitted_on_the_top_of_its_kernel_rate_is_said():
@@ -276,3 +278,45 @@ def test_validate_and_report_never_replace_a_gpu_profile_the_runs_csv_names(tmp_
                            "--out", str(folder), "--runs", str(runs))
     assert code == 2 and "would replace the input" in err, err
     assert gpu.read_bytes() == before and inside.read_bytes() == before
+
+
+def test_flash_attention_asked_for_on_a_volta_is_said_not_silently_dropped(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", "--model", "gpt3-1.3b", "--gpu", "v100-sxm3-32gb",
+                             "--gpus", "16", "--seq-len", "2048", "--global-batch", "64", "--tp", "2",
+                             "--framework", "megatron-deepspeed", "--flash-attention", "--json")
+    assert code == 0, err
+    assert [n for n in json.loads(out)["notes"] if n.startswith("--flash-attention does not apply on v100-sxm3-32gb")]
+
+
+def test_a_sibling_gpu_takes_the_nvlink_efficiency_fitted_with_the_latency_it_takes(tmp_path, monkeypatch, capsys):
+    """An H100 calibration (NVLink efficiency 1.06 fitted with a 147 us latency) made an H200, which takes
+    the H100's latency (calibration_from), slower than the H100 and than no calibration: the two travel
+    together."""
+    cal = tmp_path / "h100.yaml"
+    cal.write_text("gpus:\n  h100-sxm5-80gb:\n    nvlink_efficiency: 1.06\n    intra_node_latency_us: 147.0\n")
+    busbw = {}
+    for gpu in ("h100-sxm5-80gb", "h200-sxm-141gb"):
+        code, out, err = run_cli(monkeypatch, capsys, "comm", "--op", "all_reduce", "--bytes", "268435456",
+                                 "--gpus", "8", "--gpus-per-node", "8", "--gpu", gpu, "--calibration", str(cal),
+                                 "--json")
+        assert code == 0, err
+        busbw[gpu] = json.loads(out)["busbw_gb_per_s"]
+    assert busbw["h200-sxm-141gb"] == pytest.approx(busbw["h100-sxm5-80gb"])
+
+
+def test_the_python_api_checks_what_the_cli_checks():
+    import perfmodel as pm
+    from perfmodel import InputError
+
+    gpu = pm.load_gpu("h100-sxm5-80gb")
+    with pytest.raises(InputError, match="^gpus_per_node: must be a positive number"):
+        pm.ClusterSpec.build(gpu, 8, 0)
+    cluster = pm.ClusterSpec.build(gpu, 8)
+    job = pm.JobSpec(global_batch=8, seq_len=2048)
+    for top in (0, -1):
+        with pytest.raises(InputError, match="^top: must be a positive integer"):
+            pm.search("llama3-8b", cluster, job, top=top)
+    with pytest.raises(ValueError, match="flash_attention"):
+        pm.JobSpec(global_batch=8, seq_len=2048, flash_attention="yes")
+    by_name = pm.estimate("llama3-8b", cluster, pm.ParallelSpec(tp=8), job)
+    assert by_name == pm.estimate(pm.load_model("llama3-8b"), cluster, pm.ParallelSpec(tp=8), job)
