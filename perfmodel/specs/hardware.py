@@ -7,6 +7,7 @@ Human units with explicit suffixes in the files (``hbm_bandwidth_gb_per_s``,
 from __future__ import annotations
 
 import math
+import numbers
 
 from typing import Annotated
 
@@ -279,9 +280,10 @@ class ClusterSpec(BaseModel):
         replaced (0 GPUs per node is a mistake, not 'the default')."""
         from perfmodel.errors import InputError
 
-        for name, value in (("gpus_per_node", gpus_per_node), ("scale_out_gbit_per_s_per_node", scale_out_gbit_per_s_per_node),
-                            ("scale_out_latency_us", scale_out_latency_us)):
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+        given = {"gpus_per_node": gpus_per_node, "scale_out_gbit_per_s_per_node": scale_out_gbit_per_s_per_node,
+                 "scale_out_latency_us": scale_out_latency_us}
+        for name, value in given.items():
+            if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)
                                           and math.isfinite(value) and value > 0):
                 raise InputError(name, f"must be a positive number (got {value!r})")
         gpn = gpus_per_node or gpu.default_gpus_per_node
