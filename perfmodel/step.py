@@ -25,7 +25,9 @@ from perfmodel.costs.flops import (
     model_flops_per_token,
     parameter_count,
 )
-from perfmodel.costs.pipeline_split import balanced_split_table, busiest_of_split, uneven_busiest_stage
+from perfmodel.costs.pipeline_split import (
+    balanced_split_table, busiest_of_split, fill_drain_stage_s, uneven_busiest_stage,
+)
 from perfmodel.costs.memory import (
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
@@ -340,6 +342,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
     pp_slots = (pp - 1.0) / v
+    # the bubble's (p - 1) slots run at the pace of the stages other than the busiest (fill and drain
+    # of unequal stages, perfmodel.costs.pipeline_split.fill_drain_stage_s); per-micro-batch costs
+    # every stage pays (the engine's overhead, offload copies) stay as they are
+    busy_stage = busy_layers * layer_s + busy_logits * head_s
+    bubble_mb = per_mb - busy_stage + fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage)
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
@@ -452,7 +459,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "cp_comm_s": n_micro * cp_mb,
         "offload_s": n_micro * offload_mb,
         "pp_comm_s": pp_comm,
-        "bubble_s": pp_slots * per_mb,
+        "bubble_s": pp_slots * bubble_mb,
         "dp_comm_s": dp_comm,
         "optimizer_s": optimizer,
         "overhead_s": f64["step_overhead_s"] * np.ones_like(optimizer),

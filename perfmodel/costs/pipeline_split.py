@@ -16,7 +16,8 @@ output head (final norm, logits, loss) over pp stages. Pure numpy over arrays of
   moves to the next rank once the cumulative cost passes rank r's threshold total (r + 1) / pp):
   simulated block by block; with a large vocabulary the head may get a stage of its own.
 
-Each function returns (layers on the busiest stage, 1.0 if that stage runs the head else 0.0).
+The busiest-stage functions return (layers on the busiest stage, 1.0 if that stage runs the head
+else 0.0); ``fill_drain_stage_s`` the pace of the pipeline's fill and drain.
 """
 from __future__ import annotations
 
@@ -81,3 +82,20 @@ def busiest_of_split(split: dict[str, np.ndarray], layer_s, head_s):
     most, with_head = split["most"], split["with_head"]
     head_wins = with_head * layer_s + head_s >= most * layer_s
     return np.where(head_wins, with_head, most), np.where(head_wins, 1.0, 0.0)
+
+
+def fill_drain_stage_s(n_layers, pp, layer_s, head_s, busy_stage_s):
+    """Mean time per micro-batch of the pp - 1 stages other than the busiest: the pace of the bubble.
+
+    m identical micro-batches through stages of times t_1..t_p finish after
+    sum_k t_k + (m - 1) max_k t_k (the proportionate flow shop's makespan, Pinedo, "Scheduling:
+    Theory, Algorithms, and Systems", Sec. 6.1), i.e. m max_k t_k plus (p - 1) slots at the mean of the
+    other stages. The stages hold n_layers layers of layer_s and one head of head_s between them, so
+    that mean is (n_layers layer_s + head_s - busiest) / (p - 1). Equal stages give the busiest stage's
+    time, the (p - 1) t bubble of Narayanan et al. (2021); the head, on one stage only, and an uneven
+    split's lighter stages make it shorter. Bounded by [0, busiest] (and the busiest for pp = 1).
+    """
+    pp = np.asarray(pp, dtype=float)
+    total = np.asarray(n_layers, dtype=float) * layer_s + head_s
+    others = (total - busy_stage_s) / np.maximum(pp - 1.0, 1.0)
+    return np.where(pp > 1, np.clip(others, 0.0, busy_stage_s), busy_stage_s)

