@@ -20,7 +20,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
-from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, source_slug
+from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, run_sources
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
 GROUP_KEYS = ["source_slug", "n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads", "gpu",
@@ -30,7 +30,7 @@ GROUP_KEYS = ["source_slug", "n_layers", "hidden_size", "ffn_hidden_size", "n_he
 def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
     pred = predict_runs(df)
     frame = df.assign(
-        source_slug=source_slug(df["run_id"]).to_numpy(),
+        source_slug=run_sources(df).to_numpy(),
         pred=pred["pred_tokens_per_s_per_gpu"].to_numpy(),
         meas=measured_tokens_per_s_per_gpu(df),
         ok=(pred["status"] == "ok").to_numpy(),

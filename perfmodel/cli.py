@@ -5,6 +5,8 @@ Bad input of any kind ends in one ``error: <field>: <rule>`` line on stderr and 
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -235,19 +237,24 @@ def validate(
     from perfmodel.errors import output_file, same_file, write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
+    # the reading's note: lines (unknown columns, frameworks) wait until the inputs are accepted, so
+    # that a refused run prints its one error: line alone
+    notes = io.StringIO()
     try:
-        df = read_runs_csv(runs_csv)
-        pred = predict_runs(df, load_calibration(calibration))
-        if out.is_dir():
-            raise InputError("out", "is a folder; give a CSV file path", where=str(out))
-        output_file(out)  # a device, FIFO or socket, or a file where a folder should be
-        inputs = {"the runs CSV being validated": runs_csv, "the --calibration profile": calibration,
-                  **{f"the GPU profile {g} that the runs CSV names": g for g in gpu_profile_paths(df)}}
-        for what, src in inputs.items():
-            if src is not None and same_file(out, src):
-                raise InputError("out", f"is {what}; give another file for the predictions", where=str(out))
+        with contextlib.redirect_stderr(notes):
+            df = read_runs_csv(runs_csv)
+            if out.is_dir():
+                raise InputError("out", "is a folder; give a CSV file path", where=str(out))
+            output_file(out)  # a device, FIFO or socket, or a file where a folder should be
+            inputs = {"the runs CSV being validated": runs_csv, "the --calibration profile": calibration,
+                      **{f"the GPU profile {g} that the runs CSV names": g for g in gpu_profile_paths(df)}}
+            for what, src in inputs.items():
+                if src is not None and same_file(out, src):
+                    raise InputError("out", f"is {what}; give another file for the predictions", where=str(out))
+            pred = predict_runs(df, load_calibration(calibration))
     except (InputError, ValidationError) as exc:
         fail(exc)
+    sys.stderr.write(notes.getvalue())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(out, pred.to_csv(index=False).encode("utf-8"))
@@ -286,17 +293,23 @@ def calibrate(
     """Fit the model to measured inputs and write a calibrated profile (--calibration FILE applies it)."""
     from perfmodel.calibrate.command import run_calibration
 
+    # the inputs' note: lines are said once every input has been read and fitted: a refused input
+    # prints its one error: line alone
+    notes = io.StringIO()
     try:
-        run_calibration(
-            gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
-            gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
-            echo=typer.echo,
-        )
+        with contextlib.redirect_stderr(notes):
+            run_calibration(
+                gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
+                gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
+                echo=typer.echo,
+            )
     except (InputError, ValidationError) as exc:
         fail(exc)
     except NothingUsable as exc:
+        sys.stderr.write(notes.getvalue())
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1)
+    sys.stderr.write(notes.getvalue())
 
 
 from perfmodel.search.cli import recommend as _recommend  # noqa: E402

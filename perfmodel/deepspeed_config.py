@@ -183,6 +183,24 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     if bf16 and fp16:
         raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
     precision = "bf16" if bf16 else "fp16" if fp16 else None
+    # keys that change the step but are not modelled are refused, not skipped: the gradients are reduced in
+    # the 16-bit training type (DeepSpeed's default communication_data_type) and, under ZeRO-1/2, by
+    # reduce-scatter (DeepSpeed's reduce_scatter: true; the engine hands the key to the stage 1/2 optimizer
+    # only, so stage 3 -- whose ZeRO++ tutorial config sets it false -- reduce-scatters either way)
+    comm = data.get("communication_data_type")
+    if comm is not None and comm != precision and comm not in ("fp16", "bf16") or comm == "auto":
+        raise InputError(f"{PREFIX}.communication_data_type", f"{comm!r} gradient reduction is not modelled "
+                         "(gradients are reduced in the 16-bit training type); leave the key out or give it "
+                         "that type")
+    if comm is not None and precision is not None and comm != precision:
+        raise InputError(f"{PREFIX}.communication_data_type", f"{comm!r} is not the training type {precision!r}: "
+                         "a reduction in another 16-bit type is not modelled")
+    reduce_scatter = zero.get("reduce_scatter", True)
+    if not isinstance(reduce_scatter, bool):
+        raise InputError(f"{PREFIX}.zero_optimization.reduce_scatter", f"must be true or false (got {reduce_scatter!r})")
+    if not reduce_scatter and stage in (1, 2):
+        raise InputError(f"{PREFIX}.zero_optimization.reduce_scatter", f"false (an all-reduce of the gradients under "
+                         f"ZeRO-{stage}) is not modelled; ZeRO-1/2 are costed with DeepSpeed's default reduce-scatter")
     return DeepSpeedSettings(
         zero_stage=int(stage),
         zeropp=frozenset(parts),

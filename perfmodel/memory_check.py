@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from perfmodel.validate import predict_runs, source_slug
+from perfmodel.validate import predict_runs, run_sources
 
 PATTERNS = (r"GPU memory=([\d.]+) GB", r"Peak memory ([\d.]+) GiB", r"Mem=([\d.]+)GB")
 
@@ -32,7 +32,7 @@ def reported_gib(notes: pd.Series) -> np.ndarray:
 def memory_table(df: pd.DataFrame) -> pd.DataFrame:
     """Per source: runs with a reported figure, median predicted / reported, share within 25%."""
     pred = predict_runs(df)
-    frame = pd.DataFrame({"source": source_slug(df["run_id"]), "reported_gib": reported_gib(df["notes"]),
+    frame = pd.DataFrame({"source": run_sources(df), "reported_gib": reported_gib(df["notes"]),
                           "pred_gib": pred["pred_memory_gib"].to_numpy()})
     frame = frame[np.isfinite(frame.reported_gib) & np.isfinite(frame.pred_gib) & (frame.reported_gib > 0)]
     frame["ratio"] = frame.pred_gib / frame.reported_gib

@@ -23,6 +23,15 @@ def source_slug(run_id: pd.Series) -> pd.Series:
     return run_id.astype(str).str.replace(r"-\d+$", "", regex=True)
 
 
+def run_sources(df: pd.DataFrame) -> pd.Series:
+    """The source each row of a runs CSV belongs to: the slug of its run id where the id is slug +
+    index (the schema's form, ``sc21-t1-003``), else its ``source`` cell where one is given, else the id."""
+    run_id = df["run_id"].astype(str) if "run_id" in df else pd.Series(np.arange(len(df)).astype(str), index=df.index)
+    slugged = run_id.str.fullmatch(r".+-\d+")
+    source = df["source"].fillna("").astype(str).str.strip() if "source" in df else pd.Series("", index=df.index)
+    return pd.Series(np.where(slugged, source_slug(run_id), np.where(source != "", source, run_id)), index=df.index)
+
+
 def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd.DataFrame:
     """One prediction row per input row, in input order (columns ``PRED_COLUMNS``)."""
     if len(df) == 0:
@@ -117,14 +126,14 @@ def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dic
     with np.errstate(divide="ignore", invalid="ignore"):
         ape = np.abs(pred["pred_tokens_per_s_per_gpu"].to_numpy() / truth - 1.0) * 100.0
     frame = pd.DataFrame({
-        "source": source_slug(df["run_id"]).to_numpy(),
+        "source": run_sources(df).to_numpy(),
         "ok": (pred["status"] == "ok").to_numpy(),
         "ape": ape,
     })
     scored = frame[frame.ok & np.isfinite(frame.ape)]
     table = frame.groupby("source").agg(rows=("ok", "size"), ok=("ok", "sum")).join(
         scored.groupby("source").agg(scored=("ape", "size"), mape_pct=("ape", "mean"), median_ape_pct=("ape", "median"))
-    ).fillna({"scored": 0})
+    ).fillna({"scored": 0}).astype({"scored": int})
     summary = {
         "rows": int(len(frame)),
         "ok": int(frame.ok.sum()),

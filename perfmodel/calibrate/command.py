@@ -96,6 +96,10 @@ def _gemm_dtype(name) -> str:
     return canon
 
 
+#: GEMM CSV columns that name the GPU a row was measured on
+GEMM_DEVICE_COLUMNS = ("gpu", "gpu_type", "gpu_name", "device", "device_name")
+
+
 def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFrame:
     """Reject rows ``gpu_name`` cannot have produced: a dtype its profile has no dense peak for
     (it would be costed at another precision's peak), or a time that implies more than
@@ -107,6 +111,15 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
 
     def where(i: int) -> str:
         return f"{path}:{lines[i]}" if path and lines and i < len(lines) else f"gemm row {i + 1}"
+
+    # a column naming the GPU each row ran on (kernels.csv's gpu_type, a benchmark's gpu / device) must
+    # name --gpu's family, as nccl-tests' Rank lines and a trace's deviceProperties must
+    from perfmodel.calibrate.gpu_family import check_device_matches
+
+    for col in [c for c in gemm.columns if str(c).lower() in GEMM_DEVICE_COLUMNS]:
+        for i, cell in enumerate(gemm[col].astype(str)):
+            if cell.strip() and cell.strip().lower() != "nan":
+                check_device_matches(gpu.name, cell.strip(), where(i))
 
     peaks = gpu.peak_dense_tflop_per_s
     for i, (d, m, n, k, t) in enumerate(zip(gemm["dtype"], gemm["m"], gemm["n"], gemm["k"], gemm["time_s"])):
@@ -494,6 +507,22 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
                                scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
     overrides = megatron_log_overrides(args, specs[3].precision)
+    # Megatron prints each iteration once (the last rank): a number seen twice is several ranks' or runs' lines
+    repeated = log["iteration"].duplicated()
+    if repeated.any():
+        row = log[repeated].iloc[0]
+        raise InputError("iteration", f"{int(row['iteration'])} is logged twice (several ranks' or runs' lines in "
+                         "one log?); give one run's log", f"{path}:{int(row['line'])}")
+    # a batch-size ramp-up's steps run a smaller batch than the block's global_batch_size: not this run's step
+    batch = log["global_batch"].to_numpy(float)
+    other = np.isfinite(batch) & (batch != specs[3].global_batch)
+    if other.all():
+        raise InputError("global batch size", f"every iteration line logs {int(batch[0])}, not the arguments "
+                         f"block's global_batch_size {specs[3].global_batch}", f"{path}:{int(log['line'].iloc[0])}")
+    if other.any():
+        print(f"note: {path}: {int(other.sum())} of {len(log)} iteration lines left out: their global batch size is "
+              f"not the arguments block's {specs[3].global_batch} (batch-size ramp-up)", file=sys.stderr)
+        log = log[~other]
     try:
         check_config(*specs)
     except InputError as exc:

@@ -36,7 +36,7 @@ from perfmodel.limits import MAX_KERNEL_EFFICIENCY
 from perfmodel.runs import runs_to_inputs
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
 from perfmodel.step import step_costs
-from perfmodel.validate import measured_tokens_per_s_per_gpu, source_slug
+from perfmodel.validate import measured_tokens_per_s_per_gpu, run_sources
 
 FRAMEWORK_PARAMS = {
     # name: (lower, upper, start)
@@ -135,7 +135,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     fp8_measured = _gpu_states(df, base, "fp8_matmul_efficiency_max")
     attn_measured = _gpu_states(df, base, "attention_efficiency_max")
 
-    src = source_slug(df["run_id"]).to_numpy()
+    src = run_sources(df).to_numpy()
     weight = np.zeros(len(df))
     for s in np.unique(src[ok]):
         sel = ok & (src == s)
@@ -307,7 +307,7 @@ def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None,
     (DeepSpeed's are still fitted to the ZeRO-3/ZeRO++ pairs when ``pairs`` is given)."""
     from perfmodel.validate import error_table, predict_runs
 
-    src = source_slug(df["run_id"])
+    src = run_sources(df)
     rows = []
     for s in sorted(src.unique()):
         train, test = df[src != s], df[src == s]

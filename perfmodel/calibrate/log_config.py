@@ -47,8 +47,44 @@ def _whole(args: dict, name: str, where: str, default=InputError, maximum: int =
     return value
 
 
+#: the Megatron switches (argparse store_true: printed True / False) that decide the modelled run
+SWITCHES = ("checkpoint_activations", "recompute_activations", "bf16", "fp16", "deepspeed", "use_torch_fsdp2",
+            "use_custom_fsdp", "use_megatron_fsdp", "use_distributed_optimizer", "group_query_attention", "swiglu",
+            "squared_relu", "untie_embeddings_and_output_weights", "sequence_parallel", "overlap_grad_reduce",
+            "overlap_param_gather", "tp_comm_overlap", "accumulate_allreduce_grads_in_fp32")
+
+
 def _flag(args: dict, name: str) -> bool:
     return arg_value(args.get(name)) is True
+
+
+#: the arguments the modelled run is read from: a later block of the same log must print the same
+MODELLED_ARGS = SWITCHES + (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size", "world_size",
+    "data_parallel_size", "num_attention_heads", "hidden_size", "num_query_groups", "num_layers", "ffn_hidden_size",
+    "padded_vocab_size", "vocab_size", "make_vocab_size_divisible_by", "seq_length", "micro_batch_size",
+    "global_batch_size", "virtual_pipeline_model_parallel_size", "zero_stage", "recompute_granularity",
+    "num_experts", "fp8", "fp8_recipe")
+
+
+def _check_later_blocks(args: dict, where: str) -> None:
+    """A log whose later arguments block (a restart) prints another configuration holds two runs: its
+    iteration lines cannot all be this block's."""
+    for start, later in getattr(args, "later", []):
+        for name in MODELLED_ARGS:
+            if name in later and name in args and arg_value(later[name]) != arg_value(args[name]):
+                raise InputError(name, f"the log's second arguments block (line {start}) prints "
+                                 f"{later[name].strip()!r}, the first {args[name].strip()!r}: two runs in one log; "
+                                 "give each run's log on its own", _at(args, name, where))
+
+
+def _check_switches(args: dict, where: str) -> None:
+    """A switch printed as anything but True / False (or None) is refused, not read as off."""
+    for name in SWITCHES:
+        value = arg_value(args.get(name))
+        if value is not None and not isinstance(value, bool):
+            raise InputError(name, f"a store_true switch prints True or False (got {args.get(name).strip()!r})",
+                             _at(args, name, where))
 
 
 def padded_vocab(vocab: int, args: dict, tp: int, where: str) -> int:
@@ -118,6 +154,8 @@ def megatron_log_specs(
     where: str,
 ) -> tuple[ModelSpec, ClusterSpec, ParallelSpec, JobSpec]:
     """(model, cluster, parallel, job) of the run whose arguments block is ``args``."""
+    _check_switches(args, where)
+    _check_later_blocks(args, where)
     experts = arg_value(args.get("num_experts"))  # Megatron-DeepSpeed prints a list per expert group: [1] = dense
     counts = experts if isinstance(experts, (list, tuple)) else [experts]
     if not all(c is None or (isinstance(c, int) and not isinstance(c, bool) and c <= 1) for c in counts):

@@ -91,13 +91,13 @@ def tp_pp_heatmap(result: SearchResult) -> pd.DataFrame:
 def runs_frame(runs: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
     """Measured vs predicted tokens/s/GPU for every run, with its status and reason; ``scored``: the
     run was predicted and has a measured throughput (the runs the error statistics cover)."""
-    from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, source_slug
+    from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, run_sources
 
     pred = predict_runs(runs, calibration)
     measured = measured_tokens_per_s_per_gpu(runs)
     out = pd.DataFrame({
         "run_id": runs["run_id"].astype(str).to_numpy(),
-        "source": source_slug(runs["run_id"]).to_numpy(),
+        "source": run_sources(runs).to_numpy(),
         "model_name": runs.get("model_name", pd.Series([""] * len(runs))).astype(str).to_numpy(),
         "gpu": runs["gpu"].astype(str).to_numpy(),
         "n_gpus": runs["n_gpus"].to_numpy(),

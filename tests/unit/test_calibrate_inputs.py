@@ -143,7 +143,8 @@ def test_a_gpu_profile_file_calibrates_like_a_catalog_name(tmp_path, monkeypatch
 
 def test_nccl_tests_without_fittable_sizes_is_nothing_usable(tmp_path, monkeypatch, capsys):
     # every size < 1 MiB: the fit has no points; this wrote a profile with "n/a" and exit 0
-    small = [r.replace("1048576", "524288", 1) for r in NCCL_ROWS[:1]]
+    small = [r.replace("1048576", "524288", 1).replace("262144", "131072").replace("123.2", "61.60")
+             .replace("121.3", "60.65") for r in NCCL_ROWS[:1]]
     out = tmp_path / "profile.yaml"
     code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8",
                            "--nccl-tests", str(_nccl(tmp_path, rows=small)), "--out", str(out))

@@ -320,3 +320,183 @@ def test_the_python_api_checks_what_the_cli_checks():
         pm.JobSpec(global_batch=8, seq_len=2048, flash_attention="yes")
     by_name = pm.estimate("llama3-8b", cluster, pm.ParallelSpec(tp=8), job)
     assert by_name == pm.estimate(pm.load_model("llama3-8b"), cluster, pm.ParallelSpec(tp=8), job)
+
+
+# ---- contract review (2026-11-30): one error line, sources of hand-made run ids --------------------
+def test_validate_refusing_its_output_prints_the_error_line_alone(tmp_path, monkeypatch, capsys):
+    """A runs CSV with a framework perfmodel has no profile for, validated onto itself: the reading's
+    note: line used to come before the error: line; a refused run prints one line."""
+    runs = _runs_row(tmp_path, framework="my-own-stack")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(runs))
+    assert code == 2
+    assert err.strip().count("\n") == 0 and err.startswith("error: ") and "out" in err
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "pred.csv"))
+    assert code == 0 and err.startswith("note: ") and "my-own-stack" in err
+
+
+def test_validate_groups_run_ids_without_an_index_by_their_source_cell(tmp_path, monkeypatch, capsys):
+    """Run ids in the schema's slug + index form group by slug; other ids by the source column, or
+    each on its own where no source is given; the scored count is a count."""
+    rows = [{"run_id": rid, "source": src, "n_layers": 32, "hidden_size": 4096, "seq_len": 4096,
+             "gpu": "h100-sxm5-80gb", "n_gpus": 8, "tp": 1, "pp": 1, "dp": 8, "global_batch": 64,
+             "tokens_per_s_per_gpu": tps}
+            for rid, src, tps in (("r1", "lab A", 3000.0), ("r2", "lab A", 3100.0), ("x-001", "ignored", 2900.0),
+                                  ("x-002", "", 2800.0), ("loose", "", float("nan")))]
+    runs = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(runs, index=False)
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "pred.csv"))
+    assert code == 0
+    table = {line.split()[0] if not line.startswith("lab A") else "lab A": line.split()
+             for line in out.splitlines()[3:] if line.strip() and not line.startswith("rows ")}
+    assert set(table) == {"lab A", "x", "loose"}
+    assert table["lab A"][2:5] == ["2", "2", "2"]      # rows, ok, scored
+    assert table["x"][1:4] == ["2", "2", "2"]
+    assert table["loose"][1:4] == ["1", "1", "0"]
+
+
+# ---- nccl-tests rows checked against themselves and the collective (input audit 2026-11-30) -------
+ALCF = ROOT / "calibration" / "data" / "collectives" / "collectives" / "alcf_polaris_A100_slingshot"
+ALCF_ALLTOALL = ALCF / "nccl_2_21__n2.g4.2024-04-29-19-08-14__alltoall_output.dat.5.txt"
+ALCF_ALLREDUCE = ALCF / "nccl_2_21__n2.g4.2024-04-29-19-08-14__all_reduce_output.dat.5.txt"
+XXRJUN_G8 = ROOT / "calibration" / "data" / "collectives" / "collectives" / "xxrjun_cluster01_H100_10nodes" / \
+    "nccl_N10_G8.log.txt"
+
+
+def _data_rows(text: str) -> list[int]:
+    return [i for i, ln in enumerate(text.splitlines()) if ln.strip() and not ln.lstrip().startswith("#")
+            and ln.split()[0].isdigit()]
+
+
+def _calibrate(monkeypatch, capsys, path, gpu="a100-sxm4-40gb"):
+    return run_cli(monkeypatch, capsys, "calibrate", "--gpu", gpu, "--nccl-tests", str(path),
+                   "--out", str(path.parent / "cal.yaml"))
+
+
+def test_an_alltoall_table_under_an_all_reduce_name_is_refused(tmp_path, monkeypatch, capsys):
+    """With its '_perf' mentions gone, the file name made ALCF's alltoall an all_reduce: fitted, the
+    cluster's NIC efficiency came out 0.027 and a 64-GPU Llama-2 13B step 2.5x slower. Its redop
+    'none' and size = count x 4 x ranks say otherwise."""
+    text = "".join(ln for ln in ALCF_ALLTOALL.read_text().splitlines(keepends=True)
+                   if not any(w in ln.lower() for w in ("perf", "collective test", "alltoall")))
+    bad = tmp_path / "run3_all_reduce.txt"
+    bad.write_text(text)
+    code, _, err = _calibrate(monkeypatch, capsys, bad)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "redop" in err
+    good = tmp_path / "run3_alltoall.txt"
+    good.write_text(text)
+    assert _calibrate(monkeypatch, capsys, good)[0] == 0
+
+
+def test_a_time_that_contradicts_its_algbw_a_repeated_size_and_missing_rank_lines_are_refused(
+        tmp_path, monkeypatch, capsys):
+    lines = ALCF_ALLREDUCE.read_text().splitlines(keepends=True)
+    rows = _data_rows("".join(lines))
+    last = lines[rows[-1]].split()
+    # the largest row's time divided by 10, its algbw left as printed
+    slipped = list(lines)
+    cells = list(last)
+    cells[5] = f"{float(cells[5]) / 10:.1f}"
+    slipped[rows[-1]] = "  " + "  ".join(cells) + "\n"
+    path = tmp_path / "slip_all_reduce.txt"
+    path.write_text("".join(slipped))
+    code, _, err = _calibrate(monkeypatch, capsys, path)
+    assert code == 2 and "time" in err and "algbw" in err and err.count("\n") == 1
+    # the same size twice: two runs' rows in one table
+    doubled = list(lines)
+    doubled.insert(rows[-1] + 1, lines[rows[-1]])
+    path = tmp_path / "dup_all_reduce.txt"
+    path.write_text("".join(doubled))
+    code, _, err = _calibrate(monkeypatch, capsys, path)
+    assert code == 2 and "printed twice" in err
+    # an all_gather table whose Rank lines stop half way: size / count says 80 ranks
+    g8 = XXRJUN_G8.read_text().splitlines(keepends=True)
+    first_ag = next(i for i, ln in enumerate(g8) if "all_gather_perf" in ln)
+    table = next(i for i in _data_rows("".join(g8)) if i > first_ag)
+    kept = [ln for i, ln in enumerate(g8)
+            if not (first_ag < i < table and "#  Rank" in ln and int(ln.split()[2]) >= 40)]
+    path = tmp_path / "half_ranks.txt"
+    path.write_text("".join(kept))
+    code, _, err = _calibrate(monkeypatch, capsys, path, gpu="h100-sxm5-80gb")
+    assert code == 2 and "Rank" in err and "80" in err
+
+
+# ---- Megatron logs: one run per log, its own batch, switches that say True or False ---------------
+def _megatron_log(tmp_path, name, edit) -> Path:
+    path = tmp_path / name
+    path.write_text(edit(ARGS_LOG.read_text()))
+    return path
+
+
+def _calibrate_log(monkeypatch, capsys, path):
+    return run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--log", str(path),
+                   "--out", str(path.parent / "cal.yaml"))
+
+
+def test_a_log_with_two_runs_or_two_ranks_lines_is_refused(tmp_path, monkeypatch, capsys):
+    """A restart appended with tp 2 (its lines 1.4x slower) was pooled with the first run's lines and
+    fitted against the first block (kernel efficiency 0.648 instead of 0.915); the same lines from two
+    ranks were pooled too."""
+    text = ARGS_LOG.read_text()
+    block = text[text.index("----"):text.index("end of arguments")]
+    block_end = text.index("\n", text.index("end of arguments")) + 1
+    restart = text[text.index("----"):block_end].replace(
+        "tensor_model_parallel_size ...................... 1", "tensor_model_parallel_size ...................... 2")
+    assert restart != text[text.index("----"):block_end] and block
+    two_runs = _megatron_log(tmp_path, "two_runs.log", lambda t: t + restart + "".join(
+        ln + "\n" for ln in t.splitlines() if "iteration " in ln and "elapsed" in ln))
+    code, _, err = _calibrate_log(monkeypatch, capsys, two_runs)
+    assert code == 2 and "tensor_model_parallel_size" in err and "two runs" in err
+    same_again = _megatron_log(tmp_path, "restart.log", lambda t: t + t[t.index("----"):block_end])
+    assert _calibrate_log(monkeypatch, capsys, same_again)[0] == 0   # a restart with the same arguments
+    ranks = _megatron_log(tmp_path, "ranks.log", lambda t: t + "".join(
+        "[rank1]: " + ln + "\n" for ln in t.splitlines() if "iteration " in ln and "elapsed" in ln))
+    code, _, err = _calibrate_log(monkeypatch, capsys, ranks)
+    assert code == 2 and "logged twice" in err
+
+
+def test_ramp_up_lines_are_left_out_and_a_switch_that_is_not_true_or_false_is_refused(tmp_path, monkeypatch,
+                                                                                      capsys):
+    def ramp(t):
+        lines = t.splitlines(keepends=True)
+        its = [i for i, ln in enumerate(lines) if "iteration " in ln and "elapsed" in ln]
+        for i in its[:3]:
+            lines[i] = lines[i].replace("global batch size:   128", "global batch size:   112")
+        return "".join(lines)
+    code, _, err = _calibrate_log(monkeypatch, capsys, _megatron_log(tmp_path, "ramp.log", ramp))
+    assert code == 0 and "3 of" in err and "ramp-up" in err
+    every = _megatron_log(tmp_path, "all112.log", lambda t: t.replace("global batch size:   128",
+                                                                      "global batch size:   112"))
+    code, _, err = _calibrate_log(monkeypatch, capsys, every)
+    assert code == 2 and "global_batch_size 128" in err
+    typo = _megatron_log(tmp_path, "typo.log", lambda t: t.replace(
+        "swiglu .......................................... True", "swiglu .......................................... Tru"))
+    code, _, err = _calibrate_log(monkeypatch, capsys, typo)
+    assert code == 2 and err.startswith("error: ") and "swiglu" in err and "'Tru'" in err
+
+
+def test_a_refused_calibration_input_prints_its_error_line_alone(tmp_path, monkeypatch, capsys):
+    """An nccl-tests file's note (no Rank lines: the node size is assumed) used to print before a later
+    input's error."""
+    nccl = tmp_path / "all_reduce_no_ranks.txt"
+    nccl.write_text("".join(ln for ln in POLARIS_N2.read_text().splitlines(keepends=True) if "Rank" not in ln))
+    gemm = tmp_path / "gemm.csv"
+    gemm.write_text("m,n,k,dtype,time_us\n4096,4096,4096,bf16,200\n8192,8192,4k,bf16,1400\n")
+    args = ["calibrate", "--gpu", "a100-sxm4-40gb", "--nccl-tests", str(nccl), "--out", str(tmp_path / "cal.yaml")]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code in (0, 1) and "note: " in err   # the note is said when every input was read
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--gemm", str(gemm))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "'4k'" in err
+
+
+def test_a_gemm_csv_that_names_another_gpu_is_refused(tmp_path, monkeypatch, capsys):
+    """Timed on an A100 (its gpu column says so) and fitted as --gpu h100: an H100 matmul efficiency of 0.28."""
+    other = tmp_path / "a100.csv"
+    other.write_text("m,n,k,dtype,time_us,gpu\n4096,4096,4096,bf16,400,a100-sxm4-80gb\n")
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", str(other),
+                           "--out", str(tmp_path / "cal.yaml"))
+    assert code == 2 and "a100-sxm4-80gb" in err and "gpu" in err
+    same = tmp_path / "h100.csv"
+    same.write_text("m,n,k,dtype,time_us,gpu_type\n4096,4096,4096,bf16,200,NVIDIA H100 SXM\n")
+    code, _, _ = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", str(same),
+                         "--out", str(tmp_path / "cal.yaml"))
+    assert code == 0

@@ -181,12 +181,25 @@ def test_deepspeed_config_reads_zeropp_keys():
     ({"tensor_parallel": {"autotp": 4}}, "tensor_parallel.autotp"),
     ({"tensor_parallel": {"autotp_size": -1}}, "tensor_parallel.autotp_size"),
     ({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "train_batch_size": 10}, None),
+    # keys that change the step and are not modelled are refused, not skipped (input audit 2026-11-30)
+    ({"bf16": {"enabled": True}, "communication_data_type": "fp32", "zero_optimization": {"stage": 2}},
+     "communication_data_type"),
+    ({"fp16": {"enabled": True}, "communication_data_type": "bf16"}, "communication_data_type"),
+    ({"zero_optimization": {"stage": 2, "reduce_scatter": False}}, "zero_optimization.reduce_scatter"),
 ])
 def test_deepspeed_config_errors_name_the_key(bad, field):
     with pytest.raises(InputError) as exc:
         parse_deepspeed_config(bad).global_batch(64)
     if field:
         assert field in exc.value.field
+
+
+def test_deepspeed_config_keys_that_say_the_modelled_step_are_accepted():
+    ds = parse_deepspeed_config({"bf16": {"enabled": True}, "communication_data_type": "bf16",
+                                 "zero_optimization": {"stage": 3, "reduce_scatter": True}})
+    assert ds.zero_stage == 3 and ds.precision == "bf16"
+    assert parse_deepspeed_config({"zero_optimization": {"stage": 0, "reduce_scatter": False}}).zero_stage == 0
+    assert parse_deepspeed_config(TUTORIAL).zeropp == {"qwz", "hpz", "qgz"}  # stage 3 ignores reduce_scatter
 
 
 def test_cli_deepspeed_config(tmp_path):

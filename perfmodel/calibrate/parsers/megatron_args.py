@@ -44,6 +44,8 @@ class MegatronArguments(dict):
         self.path = str(path)
         self.start = start
         self.lines: dict[str, int] = {}
+        #: the log's later arguments blocks (a restart, or another run appended): (first line, name -> value)
+        self.later: list[tuple[int, dict[str, str]]] = []
 
     def where(self, name: str) -> str:
         return f"{self.path}:{self.lines.get(name, self.start)}"
@@ -70,6 +72,7 @@ def parse_megatron_arguments(path: str | Path) -> MegatronArguments | None:
             if padded is not None and arg_value(args.get("padded_vocab_size")) is None:
                 args["padded_vocab_size"] = padded[1]
                 args.lines["padded_vocab_size"] = padded[0]
+            args.later = _later_blocks(texts, lineno)
             return args
         if not text.strip():
             continue
@@ -85,6 +88,22 @@ def parse_megatron_arguments(path: str | Path) -> MegatronArguments | None:
         args[m.group(1)] = m.group(2)
         args.lines[m.group(1)] = lineno
     raise InputError("arguments", "the block never ends (no '---- end of arguments ----' line)", f"{path}:{start}")
+
+
+def _later_blocks(texts: list[str], after: int) -> list[tuple[int, dict[str, str]]]:
+    """The arguments blocks that start after line ``after``: (first line, name -> value as printed)."""
+    blocks: list[tuple[int, dict[str, str]]] = []
+    current: dict[str, str] | None = None
+    for lineno in range(after + 1, len(texts) + 1):
+        text = texts[lineno - 1]
+        if _START.match(text.strip()):
+            current = {}
+            blocks.append((lineno, current))
+        elif current is not None and _END.match(text.strip()):
+            current = None
+        elif current is not None and (m := _ARG.match(text)):
+            current.setdefault(m.group(1), m.group(2))
+    return blocks
 
 
 def arg_value(text: str | None):

@@ -310,6 +310,70 @@ def _drop_wrong(rows: pd.DataFrame, where: str) -> pd.DataFrame:
     return rows[~wrong].reset_index(drop=True)
 
 
+#: collectives whose ``count`` is the whole buffer (size = count x type size) and those that print one
+#: rank's share (size = count x type size x ranks); REFERENCES.md §3a, nccl-tests doc/PERFORMANCE.md
+_WHOLE_BUFFER_OPS = {"all_reduce", "reduce", "broadcast", "send_recv"}
+_PER_RANK_OPS = {"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"}
+_REDUCING_OPS = {"all_reduce", "reduce", "reduce_scatter"}
+#: those whose tables print the redop 'none' (sendrecv_perf prints its unused 'sum')
+_NO_REDOP_OPS = {"all_gather", "all_to_all"}
+#: printed bandwidths have two decimals and times three or more significant digits
+_ALGBW_ABS_TOL, _ALGBW_REL_TOL = 0.011, 0.02
+
+
+def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, time_column: str, where: str) -> None:
+    """Refuse a table whose rows contradict themselves or the collective it is read as (InputError):
+    a (size, type, redop) printed twice (two runs' rows in one table), a redop or a size / count that
+    the collective cannot print (an all_reduce table has a reduction and count x type size = size;
+    all_gather, reduce_scatter and alltoall print size = count x type size x ranks, the rank count the
+    ``#  Rank`` lines give where they are there), or a time that is not the one the printed algbw was
+    computed from (algbw = size / time)."""
+    # (sizes below one element per rank print as 0 B, several times: not a repeat)
+    key = rows[["size_bytes", "dtype", "redop"]].astype(str)
+    repeated = key.duplicated() & (rows["size_bytes"] > 0)
+    if repeated.any():
+        size = int(rows["size_bytes"][repeated].iloc[0])
+        raise InputError("size", f"{size} B is printed twice in one table (two runs' rows together?); give each "
+                         "run as its own file or under its own header", where)
+    if op is None:
+        return
+    redop = rows["redop"].astype(str).str.lower()
+    known = ~redop.isin(("nan", "", "n/a"))
+    if op in _REDUCING_OPS and (known & (redop == "none")).any():
+        raise InputError("redop", f"'none' in a table read as {op}, which reduces (sum, max, ...); is it the "
+                         "output of another collective?", where)
+    if op in _NO_REDOP_OPS and (known & (redop != "none")).any():
+        bad = redop[known & (redop != "none")].iloc[0]
+        raise InputError("redop", f"{bad!r} in a table read as {op}, which reduces nothing (nccl-tests prints "
+                         "'none'); is it the output of another collective?", where)
+    typesize = rows["dtype"].astype(str).str.lower().map(_DTYPE_BYTES)
+    ok = typesize.notna() & (rows["count"] > 0)
+    ratios = {Fraction(int(sz), int(c) * int(t)) for sz, c, t in zip(rows["size_bytes"][ok], rows["count"][ok],
+                                                                      typesize[ok])}
+    if op in _WHOLE_BUFFER_OPS and ratios - {Fraction(1)}:
+        raise InputError("size", f"size is not count x type size in every row, as {op} prints it (size / "
+                         f"(count x type size) = {', '.join(sorted(f'{float(r):g}' for r in ratios))})", where)
+    if op in _PER_RANK_OPS and ratios:
+        if len(ratios) > 1 or next(iter(ratios)).denominator != 1 or next(iter(ratios)) < 2:
+            raise InputError("size", f"size / (count x type size) must be the same whole rank count in every row "
+                             f"of an {op} table (got {', '.join(sorted(f'{float(r):g}' for r in ratios))})", where)
+        if rank_lines_n is not None and int(next(iter(ratios))) != rank_lines_n:
+            raise InputError("size", f"size / (count x type size) = {int(next(iter(ratios)))} ranks, but the file "
+                             f"has {rank_lines_n} '#  Rank' lines; is a part of the file missing?", where)
+    if time_column != "time":
+        return
+    for side in ("oop", "ip"):
+        t, bw = rows[f"{side}_time_us"].to_numpy(float), rows[f"{side}_algbw_gb_per_s"].to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            expect = rows["size_bytes"].to_numpy(float) / (t * US_S) / GB_BYTES
+        off = np.isfinite(t) & np.isfinite(bw) & (np.abs(bw - expect) > _ALGBW_ABS_TOL + _ALGBW_REL_TOL * expect)
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise InputError(f"{'out-of-place' if side == 'oop' else 'in-place'} time",
+                             f"{t[i]:g} us at {int(rows['size_bytes'].iloc[i])} B gives an algbw of {expect[i]:.3g} "
+                             f"GB/s, but the row prints {bw[i]:g}: time and algbw disagree", where)
+
+
 def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data: list[list],
             columns: list[str], first_line: int, avg: float | None,
             file_version: str | None) -> NcclTestsResult:
@@ -339,6 +403,7 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
     if n_ranks is None:
         n_ranks = _n_ranks_from_bw(op, rows)
         n_source = "bw_ratio" if n_ranks else None
+    _check_rows(rows, op, n_ranks if n_source == "rank_lines" else None, time_column, f"{path}:{first_line}")
     hosts = {h for h, _ in ranks.values()}
     return NcclTestsResult(
         op=op, op_source=op_source if op else None, n_ranks=n_ranks, n_ranks_source=n_source,

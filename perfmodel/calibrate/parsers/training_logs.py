@@ -26,12 +26,14 @@ from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
 from perfmodel.errors import InputError, read_text_file
 
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
-           "samples_per_s", "mfu", "framework", "line"]
+           "samples_per_s", "mfu", "framework", "line", "global_batch"]
 _NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][+-]?\d+)?)"
 _MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
 _ELAPSED_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
 _ELAPSED_LABEL = re.compile(r"elapsed time per iteration \(ms\):\s*([^|\s]*)")
 _MEGATRON_TFLOP = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
+# Megatron's training_log prints the step's batch ('global batch size: %5d'), which a ramp-up changes
+_GLOBAL_BATCH = re.compile(r"\|\s*global batch size:\s*(\d+)\s*\|")
 _KWAI_TOKENS = re.compile(r"tokens per sec per gpu:\s*" + _NUM)
 _MDS_SAMPLES = re.compile(r"samples/sec:\s*" + _NUM)
 _MDS_TFLOP = re.compile(r"approx flops per GPU:\s*" + _NUM + r"\s*TFLOPS")
@@ -62,28 +64,18 @@ def _f(m: re.Match | None, group: int = 1) -> float:
 
 def _row(iteration: float, framework: str, line: int, *, time_s: float = np.nan,
          tokens: float = np.nan, tflop: float = np.nan, samples: float = np.nan,
-         mfu: float = np.nan) -> dict:
+         mfu: float = np.nan, global_batch: float = np.nan) -> dict:
     return {"iteration": iteration, "iteration_time_s": time_s, "tokens_per_s_per_gpu": tokens,
             "tflop_per_s_per_gpu": tflop, "samples_per_s": samples, "mfu": mfu,
-            "framework": framework, "line": line}
+            "framework": framework, "line": line, "global_batch": global_batch}
 
 
 def _parse_line(text: str, lineno: int) -> dict | None:
     it = _MEGATRON_IT.search(text)
     if it and _ELAPSED_MS.search(text):
-        time_s = _f(_ELAPSED_MS.search(text)) * 1e-3
-        if _KWAI_TOKENS.search(text):
-            return _row(int(it.group(1)), "megatron-kwai", lineno, time_s=time_s,
-                        tokens=_f(_KWAI_TOKENS.search(text)))
-        if _MDS_SAMPLES.search(text) or _MDS_TFLOP.search(text):
-            return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
-                        tflop=_f(_MDS_TFLOP.search(text)), samples=_f(_MDS_SAMPLES.search(text)))
-        if _MSDS_SAMPLES.search(text) and _MSDS_TFLOP.search(text):
-            return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
-                        tokens=_f(_MSDS_TGS.search(text)), tflop=_f(_MSDS_TFLOP.search(text)),
-                        samples=_f(_MSDS_SAMPLES.search(text)))
-        return _row(int(it.group(1)), "megatron-lm", lineno, time_s=time_s,
-                    tflop=_f(_MEGATRON_TFLOP.search(text)))
+        row = _megatron_row(text, it, lineno)
+        row["global_batch"] = _f(_GLOBAL_BATCH.search(text))
+        return row
     ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
     if ds:
         return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 2))
@@ -92,6 +84,23 @@ def _parse_line(text: str, lineno: int) -> dict | None:
         return _row(int(titan.group(1)), "torchtitan", lineno, tokens=_f(titan, 2),
                     tflop=_f(titan, 3), mfu=_f(titan, 4) / 100.0)
     return None
+
+
+def _megatron_row(text: str, it: re.Match, lineno: int) -> dict:
+    """A Megatron-family iteration line (Megatron-LM, Megatron-Kwai, both Megatron-DeepSpeeds)."""
+    time_s = _f(_ELAPSED_MS.search(text)) * 1e-3
+    if _KWAI_TOKENS.search(text):
+        return _row(int(it.group(1)), "megatron-kwai", lineno, time_s=time_s,
+                    tokens=_f(_KWAI_TOKENS.search(text)))
+    if _MDS_SAMPLES.search(text) or _MDS_TFLOP.search(text):
+        return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
+                    tflop=_f(_MDS_TFLOP.search(text)), samples=_f(_MDS_SAMPLES.search(text)))
+    if _MSDS_SAMPLES.search(text) and _MSDS_TFLOP.search(text):
+        return _row(int(it.group(1)), "megatron-deepspeed", lineno, time_s=time_s,
+                    tokens=_f(_MSDS_TGS.search(text)), tflop=_f(_MSDS_TFLOP.search(text)),
+                    samples=_f(_MSDS_SAMPLES.search(text)))
+    return _row(int(it.group(1)), "megatron-lm", lineno, time_s=time_s,
+                tflop=_f(_MEGATRON_TFLOP.search(text)))
 
 
 def _check_row(row: dict, where: str) -> None:
