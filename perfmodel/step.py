@@ -296,6 +296,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     reruns_attention = (rc == RECOMPUTE_FULL) | ((rc == RECOMPUTE_SELECTIVE) & np.logical_not(alt_mm))
     cp_rerun_s = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
     cp_layer_s = cp_layer_s + np.where(reruns_attention, cp_rerun_s, 0.0)
+    # the CP exchange each phase waits on: a phase lasts its compute plus this (the re-run's exchange in backward), and every other
+    # collective that hides behind the phase (DP reduction, ZeRO gathers, offload copies) hides behind
+    # all of it -- a faster attention that leaves more of the ring exposed leaves the phase as long
+    cp_fwd_wait = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
+    cp_bwd_wait = cp_layer_s - cp_fwd_wait
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
@@ -337,7 +342,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     )
     act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
-    offload_mb = np.maximum(copy_s - layers * layer_f, 0.0) + np.maximum(copy_s - layers * layer_b, 0.0)
+    fwd_phase, bwd_phase = layers * (layer_f + cp_fwd_wait), layers * (layer_b + cp_bwd_wait)
+    offload_mb = np.maximum(copy_s - fwd_phase, 0.0) + np.maximum(copy_s - bwd_phase, 0.0)
     offload_mb = np.where(f64["offload_fraction"] > 0, offload_mb, 0.0)
 
     per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
@@ -387,8 +393,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride)
     rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride)
     ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride)
-    last_bwd = layers * layer_b
-    first_fwd = layers * layer_f
+    last_bwd = bwd_phase
+    first_fwd = fwd_phase
     # a pipeline engine that reduces after the last backward hides nothing (DeepSpeed's ReduceGrads)
     dp_overlap = np.where((pp > 1) & (f64["pp_reduces_after_backward"] > 0), 0.0, f64["dp_overlap"])
     dp_hidden_red = dp_overlap * last_bwd
@@ -399,7 +405,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
                             np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
-    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * (layers * layer_b), 0.0) + np.maximum(
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * bwd_phase, 0.0) + np.maximum(
         rs - dp_hidden_red, 0.0) + exposed_gather
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
@@ -434,7 +440,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
     # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
     psi = f64["zero3_overlap"]
-    fwd_compute, bwd_compute = layers * layer_f, layers * layer_b + recompute_mb
+    fwd_compute, bwd_compute = fwd_phase, bwd_phase + recompute_mb
     z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
     z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
     z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]

@@ -97,7 +97,10 @@ def layer_activation_bytes(
         full = np.where(alt & (recompute == RECOMPUTE_SELECTIVE), selective_alternate_mm_bytes(
             s, micro_batch, hidden_size, ffn_hidden_size, n_heads, n_kv_heads, mlp_matrices, tp, sp), full)
     is_full = recompute == RECOMPUTE_FULL
-    reruns_core = (recompute == RECOMPUTE_SELECTIVE) & ~alt
+    # torchtitan's op-level policy saves the flash kernel's output; without flash the s x s scores and
+    # probabilities of the unfused attention are not among the saved ops and are re-materialised in
+    # backward, as under Korthikanti's selective recompute
+    reruns_core = (recompute == RECOMPUTE_SELECTIVE) & (~alt | ~np.asarray(flash_attention, dtype=bool))
     # under full recompute ``full`` is the no-recompute layer (neither selective nor balanced applies)
     working = np.where(is_full, full, np.where(reruns_core, core / tp, 0.0))
     return np.where(is_full, 2.0 * sbh / sp_div, full), working

@@ -9,6 +9,7 @@ import perfmodel as pm
 from perfmodel.costs.memory import (
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
+    layer_activation_bytes,
     selective_alternate_mm_bytes,
 )
 from perfmodel.estimate import build_inputs
@@ -119,3 +120,16 @@ def test_sequence_sharding_on_dim_1_copies_the_tensor_when_micro_batches_hold_se
     assert tt1 == pytest.approx(mlm1, rel=1e-9)
     assert mlm2 < mlm1 * 1.05  # same bytes per step, fewer latencies
     assert tt2 > mlm2 * 1.05
+
+
+def test_op_level_selective_without_flash_rematerialises_the_attention_scores():
+    """The policy saves the flash kernel's output; unfused attention's s x s scores and probabilities are
+    not among its saved ops, so backward re-materialises them: one layer's scores of working memory
+    (they were left out: torchtitan's selective came out 8 GiB under full recompute at 32K tokens)."""
+    s, b, h, ffn, a, kv, tp = 32768, 1, 4096, 14336, 32, 8, 8
+    args = (s, b, h, ffn, a, kv, 3, tp, 1, RECOMPUTE_SELECTIVE)
+    kept_flash, work_flash = layer_activation_bytes(*args, 1.0, 0.0, selective_alternate_mm=1.0)
+    kept_plain, work_plain = layer_activation_bytes(*args, 0.0, 0.0, selective_alternate_mm=1.0)
+    assert float(work_flash) == 0.0
+    assert float(work_plain) == pytest.approx(2.0 * a * s * s * b / tp)  # 16-bit scores of the rank's heads
+    assert float(kept_plain) == pytest.approx(float(kept_flash))
