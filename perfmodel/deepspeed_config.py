@@ -62,6 +62,8 @@ class DeepSpeedSettings:
     train_batch_size: int | None
     precision: str | None
     autotp_size: int | None = None
+    #: communication_data_type when given (a 16-bit type: another is refused when the config is read)
+    communication_data_type: str | None = None
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
         """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
@@ -210,6 +212,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         train_batch_size=_pos_int(data, "train_batch_size", PREFIX),
         precision=precision,
         autotp_size=autotp,
+        communication_data_type=comm,
     )
 
 
@@ -229,6 +232,11 @@ def check_options_agree(ds: DeepSpeedSettings, *, zero_stage: int | None, zeropp
     if precision not in (None, "bf16", "fp16") and ds.precision == "fp16":
         raise InputError("precision", f"--precision {precision} on top of {PREFIX}.fp16 is not modelled (fp8 and fp4 "
                          "runs are costed on bf16 mixed precision: enable bf16 in the config)")
+    # a config without a bf16 / fp16 block trains in the --precision given (its 16-bit part)
+    comm = ds.communication_data_type
+    if comm is not None and ds.precision is None and precision in ("bf16", "fp16") and comm != precision:
+        raise InputError(f"{PREFIX}.communication_data_type", f"{comm!r} is not the training type {precision!r} "
+                         "(--precision): a reduction in another 16-bit type is not modelled")
     if zeropp is not None and {p.strip().lower() for p in zeropp.split(",") if p.strip()} != set(ds.zeropp):
         raise InputError("zeropp", f"--zeropp {zeropp!r} contradicts the config's ZeRO++ keys "
                          f"({zeropp_text(ds.zeropp) or 'none'}); give one or the other")

@@ -507,12 +507,16 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
     specs = megatron_log_specs(args, gpu, framework=framework, gpus_per_node=gpus_per_node,
                                scale_out_gbit_per_s=scale_out_gbit_per_s, network=network, where=str(path))
     overrides = megatron_log_overrides(args, specs[3].precision)
-    # Megatron prints each iteration once (the last rank): a number seen twice is several ranks' or runs' lines
-    repeated = log["iteration"].duplicated()
-    if repeated.any():
-        row = log[repeated].iloc[0]
-        raise InputError("iteration", f"{int(row['iteration'])} is logged twice (several ranks' or runs' lines in "
-                         "one log?); give one run's log", f"{path}:{int(row['line'])}")
+    # Megatron prints each iteration once (the last rank). A run resumed from a checkpoint prints its
+    # arguments block again (the same configuration: checked with the block) and re-runs the iterations
+    # after the last save: the later line of each counts. Without a restart, a number seen twice is
+    # several ranks' lines, or several runs'
+    repeated = log["iteration"].duplicated(keep="last")
+    if repeated.any() and not getattr(args, "later", None):
+        row = log[log["iteration"].duplicated()].iloc[0]
+        raise InputError("iteration", f"{int(row['iteration'])} is logged twice without a restart's arguments block "
+                         "(several ranks' or runs' lines in one log?); give one run's log", f"{path}:{int(row['line'])}")
+    log = log[~repeated]
     # a batch-size ramp-up's steps run a smaller batch than the block's global_batch_size: not this run's step
     batch = log["global_batch"].to_numpy(float)
     other = np.isfinite(batch) & (batch != specs[3].global_batch)

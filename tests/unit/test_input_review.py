@@ -401,13 +401,22 @@ def test_a_time_that_contradicts_its_algbw_a_repeated_size_and_missing_rank_line
     path.write_text("".join(slipped))
     code, _, err = _calibrate(monkeypatch, capsys, path)
     assert code == 2 and "time" in err and "algbw" in err and err.count("\n") == 1
-    # the same size twice: two runs' rows in one table
+    # the same size twice is read: -N run cycles repeat the sweep in one table, -r -1 every root
     doubled = list(lines)
-    doubled.insert(rows[-1] + 1, lines[rows[-1]])
-    path = tmp_path / "dup_all_reduce.txt"
+    doubled[rows[-1] + 1:rows[-1] + 1] = [lines[i] for i in rows]
+    path = tmp_path / "cycles_all_reduce.txt"
     path.write_text("".join(doubled))
-    code, _, err = _calibrate(monkeypatch, capsys, path)
-    assert code == 2 and "printed twice" in err
+    assert _calibrate(monkeypatch, capsys, path)[0] in (0, 1)
+    # a time of 1e6 us or more prints as '%7.1e': two significant digits are not a contradiction
+    big = list(lines)
+    cells = list(last)
+    size = int(cells[0]) * 64
+    true_us = size / (float(cells[6]) * 1e3)
+    cells[0], cells[1], cells[5], cells[8] = str(size), str(int(cells[1]) * 64), f"{true_us:.1e}", f"{true_us:.1e}"
+    big.insert(rows[-1] + 1, "  " + "  ".join(cells) + "\n")
+    path = tmp_path / "huge_all_reduce.txt"
+    path.write_text("".join(big))
+    assert true_us >= 1e6 and _calibrate(monkeypatch, capsys, path)[0] in (0, 1)
     # an all_gather table whose Rank lines stop half way: size / count says 80 ranks
     g8 = XXRJUN_G8.read_text().splitlines(keepends=True)
     first_ag = next(i for i, ln in enumerate(g8) if "all_gather_perf" in ln)
@@ -418,6 +427,22 @@ def test_a_time_that_contradicts_its_algbw_a_repeated_size_and_missing_rank_line
     path.write_text("".join(kept))
     code, _, err = _calibrate(monkeypatch, capsys, path, gpu="h100-sxm5-80gb")
     assert code == 2 and "Rank" in err and "80" in err
+
+
+def test_rank_lines_split_into_groups_count_one_group_s_ranks(tmp_path):
+    """NCCL_TESTS_SPLIT_MASK: every process prints its Rank line, each Group is a communicator of its
+    own: 16 Rank lines in two groups are an 8-rank all_gather (read as 16 before)."""
+    from perfmodel.calibrate.parsers.nccl_tests import parse_nccl_tests_all
+
+    text = ALCF_ALLTOALL.read_text()
+    ranks = [ln for ln in text.splitlines() if "#  Rank" in ln]
+    assert len(ranks) == 8 and "Group" in ranks[0]
+    second = [ln.replace("Group  0", "Group  1").replace(f"Rank {ln.split()[2]:>2}", f"Rank {int(ln.split()[2]) + 8:>2}")
+              for ln in ranks]
+    path = tmp_path / "alltoall_split.txt"
+    path.write_text(text.replace(ranks[-1] + "\n", ranks[-1] + "\n" + "\n".join(second) + "\n", 1))
+    table = parse_nccl_tests_all(path)[0]
+    assert table.op == "all_to_all" and table.n_ranks == 8
 
 
 # ---- Megatron logs: one run per log, its own batch, switches that say True or False ---------------
@@ -448,6 +473,11 @@ def test_a_log_with_two_runs_or_two_ranks_lines_is_refused(tmp_path, monkeypatch
     assert code == 2 and "tensor_model_parallel_size" in err and "two runs" in err
     same_again = _megatron_log(tmp_path, "restart.log", lambda t: t + t[t.index("----"):block_end])
     assert _calibrate_log(monkeypatch, capsys, same_again)[0] == 0   # a restart with the same arguments
+    # resumed from a checkpoint: the restart re-runs iterations 4-6 after its block; the later lines count
+    resumed = _megatron_log(tmp_path, "resumed.log", lambda t: t + t[t.index("----"):block_end] + "".join(
+        ln + "\n" for ln in [x for x in t.splitlines() if "iteration " in x and "elapsed" in x][3:]))
+    code, out, _ = _calibrate_log(monkeypatch, capsys, resumed)
+    assert code == 0 and "kernel_efficiency = 0.915" in out   # as the run alone fits
     ranks = _megatron_log(tmp_path, "ranks.log", lambda t: t + "".join(
         "[rank1]: " + ln + "\n" for ln in t.splitlines() if "iteration " in ln and "elapsed" in ln))
     code, _, err = _calibrate_log(monkeypatch, capsys, ranks)

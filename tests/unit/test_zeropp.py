@@ -222,6 +222,14 @@ def test_cli_deepspeed_config(tmp_path):
     wrong_batch[wrong_batch.index("--global-batch") + 1] = "256"
     r = CliRunner().invoke(app, wrong_batch + ["--deepspeed-config", str(good)])
     assert r.exit_code == 2 and "gradient_accumulation_steps" in r.stderr
+    # without a bf16 / fp16 block the training type is --precision's: the reduction type must be it
+    comm = tmp_path / "comm.json"
+    comm.write_text(json.dumps({"zero_optimization": {"stage": 2}, "communication_data_type": "bf16"}))
+    h100 = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--framework", "deepspeed", "--deepspeed-config", str(comm)]
+    r = CliRunner().invoke(app, h100 + ["--precision", "fp16"])
+    assert r.exit_code == 2 and "communication_data_type" in r.stderr
+    assert CliRunner().invoke(app, h100 + ["--precision", "bf16"]).exit_code == 0
 
 
 def test_runs_path_reads_the_zeropp_column():
