@@ -530,3 +530,15 @@ def test_a_gemm_csv_that_names_another_gpu_is_refused(tmp_path, monkeypatch, cap
     code, _, _ = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", str(same),
                          "--out", str(tmp_path / "cal.yaml"))
     assert code == 0
+
+
+def test_a_whole_number_beyond_int64_is_not_read_as_a_negative_one(tmp_path):
+    """99999999999999999999999 layers wrapped to -9.2e18 ('must be a whole number >= 1'); it is too many."""
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import predict_runs
+
+    runs = _runs_row(tmp_path, n_layers="99999999999999999999999", tokens_per_s_per_gpu=None)
+    df = read_runs_csv(runs)
+    assert float(df["n_layers"].iloc[0]) > 9e22
+    pred = predict_runs(df)
+    assert pred["status"].iloc[0] == "invalid" and "n_layers: must be at most" in pred["reason"].iloc[0]

@@ -80,6 +80,8 @@ def to_numeric(df: pd.DataFrame, columns: list[str], lines: list[int],
         for i in np.flatnonzero(bad.to_numpy()):
             note = f"{col}: not a finite number ({cells.iloc[i]!r})"
             row_errors[i] = f"{row_errors[i]}; {note}" if row_errors[i] else note
-        if integer and values.notna().all() and (values == values.round()).all():
+        # (a whole number beyond int64 stays a float: cast, it would wrap to a negative one)
+        if integer and values.notna().all() and (values == values.round()).all() and (
+                values.abs() < 2.0**63).all():
             values = values.astype("int64")
         df[col] = values
