@@ -296,10 +296,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     reruns_attention = (rc == RECOMPUTE_FULL) | ((rc == RECOMPUTE_SELECTIVE) & np.logical_not(alt_mm))
     cp_rerun_s = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
     cp_layer_s = cp_layer_s + np.where(reruns_attention, cp_rerun_s, 0.0)
-    # the CP exchange each phase waits on: a phase lasts its compute plus this (the re-run's exchange in backward), and every other
-    # collective that hides behind the phase (DP reduction, ZeRO gathers, offload copies) hides behind
-    # all of it -- a faster attention that leaves more of the ring exposed leaves the phase as long
-    cp_fwd_wait = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
+    # the CP exchange each phase waits on (the forward's is what a re-run repeats; the backward's is the
+    # rest, the re-run's included): a phase lasts its compute plus this, and every other collective that
+    # hides behind the phase (DP reduction, ZeRO gathers, offload copies) hides behind all of it -- a
+    # faster attention that leaves more of the ring exposed leaves the phase as long
+    cp_fwd_wait = cp_rerun_s
     cp_bwd_wait = cp_layer_s - cp_fwd_wait
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward

@@ -325,11 +325,10 @@ _E_NOTATION_US = 1e6
 
 def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, time_column: str, where: str) -> None:
     """Refuse a table whose rows contradict themselves or the collective it is read as (InputError):
-    a redop or a size / count that
-    the collective cannot print (an all_reduce table has a reduction and count x type size = size;
-    all_gather, reduce_scatter and alltoall print size = count x type size x ranks, the rank count the
-    ``#  Rank`` lines give where they are there), or a time that is not the one the printed algbw was
-    computed from (algbw = size / time)."""
+    a redop or a size / count that the collective cannot print (an all_reduce table has a reduction and
+    count x type size = size; all_gather, reduce_scatter and alltoall print size = count x type size x
+    ranks, the rank count the ``#  Rank`` lines give where they are there), or a time that is not the one
+    the printed algbw was computed from (algbw = size / time)."""
     # (a size printed twice is not refused: -N run cycles repeat the sweep, -r -1 every root, and a linear
     # step of a per-rank op can round two sizes to one; each row is a measurement)
     if op is None:
