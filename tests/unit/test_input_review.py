@@ -542,3 +542,17 @@ def test_a_whole_number_beyond_int64_is_not_read_as_a_negative_one(tmp_path):
     assert float(df["n_layers"].iloc[0]) > 9e22
     pred = predict_runs(df)
     assert pred["status"].iloc[0] == "invalid" and "n_layers: must be at most" in pred["reason"].iloc[0]
+
+
+def test_a_json_file_given_as_a_csv_and_a_repeated_run_id_are_said(tmp_path, monkeypatch, capsys):
+    """A trace passed as --runs read as 'csv row: expected 1 cells, got 2'; a pasted run row counted twice
+    without a word."""
+    trace = tmp_path / "trace.json"
+    trace.write_text('{"traceEvents": [], "deviceProperties": []}\n')
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(trace), "--out", str(tmp_path / "p.csv"))
+    assert code == 2 and "JSON" in err and err.count("\n") == 1
+    runs = _runs_row(tmp_path)
+    text = runs.read_text().splitlines()
+    runs.write_text("\n".join(text + [text[1]]) + "\n")
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "p.csv"))
+    assert code == 0 and "'r-001' (lines 2, 3)" in err

@@ -18,6 +18,9 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
     """(all cells as str, file line of each row, file line of the header)."""
     path = Path(path)
     text = read_text_file(path, "csv")
+    head = text.lstrip()[:1]
+    if head in ("{", "["):  # a JSON document (a profiler trace, a config) given where a CSV belongs
+        raise InputError("csv", "the file is JSON, not a comma-separated table (a trace goes to --trace)", f"{path}:1")
     with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         header: list[str] | None = None

@@ -94,6 +94,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     note_unknown_columns(extras, path, header_line)
     note_unknown_frameworks(df["framework"], path)
+    note_repeated_run_ids(df["run_id"], lines, path)
     out = df[SCHEMA_COLUMNS + extras].copy()
     out[ROW_ERRORS] = row_errors
     return out
@@ -158,6 +159,22 @@ def gpu_profile_paths(df: pd.DataFrame) -> list[str]:
 
     cells = df["gpu"].dropna().astype(str).str.strip() if "gpu" in df else pd.Series(dtype=str)
     return sorted({c for c in cells if c and _looks_like_path(c)})
+
+
+def note_repeated_run_ids(run_ids: pd.Series, lines: list[int], path) -> None:
+    """One ``note:`` line on stderr naming run ids that appear on more than one row (a pasted row, say):
+    each row is still costed and scored, and a fit counts each of them."""
+    import sys
+
+    ids = run_ids.astype(str).str.strip()
+    repeated = ids[ids.duplicated(keep=False) & (ids != "") & (ids != "nan")]
+    if repeated.empty:
+        return
+    shown = [f"{rid!r} (lines {', '.join(str(lines[i]) for i in np.flatnonzero((ids == rid).to_numpy()))})"
+             for rid in list(dict.fromkeys(repeated))[:3]]
+    more = len(set(repeated)) - len(shown)
+    print(f"note: {path}: run_id on more than one row, each costed and scored (and fitted) on its own: "
+          f"{', '.join(shown)}" + (f" and {more} more" if more > 0 else ""), file=sys.stderr)
 
 
 def note_unknown_frameworks(cells: pd.Series, path) -> None:
