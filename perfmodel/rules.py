@@ -346,6 +346,15 @@ HPZ_NODES = Rule(
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
     ("gpus_per_node", "gpus"))
 
+#: sequence parallelism splits each CP rank's tokens of a sequence evenly over the TP ranks (Megatron-Core
+#: tensor_parallel/mappings.py _split_along_first_dim / _reduce_scatter_along_first_dim assert "First dimension
+#: of the tensor should be divisible by tensor parallel size"; nanotron's reduce-scatter mode and torchtitan's
+#: Shard(1) split the same dimension)
+SP_SEQ = Rule(36, "sp", "needs tp to divide the tokens of a sequence on one CP rank (seq_len / cp)",
+              lambda x: (x["sp"] == 1) & (x["tp"] > 1)
+              & ((x["seq_len"] // np.maximum(x["cp"], 1)) % np.maximum(x["tp"], 1) != 0),
+              ("sp", "tp", "seq_len"))
+
 #: what any configuration given to estimate / whatif must satisfy (the layout is well formed), in
 #: the order they are reported
 CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SEQ, CP_RING_SEQ, ULYSSES_HEADS,
@@ -354,7 +363,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SE
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
-                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP)
+                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

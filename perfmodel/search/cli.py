@@ -180,6 +180,9 @@ def recommend(
     reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:4]
     typer.echo("rejected: " + "; ".join(f"{k} ({v:,})" for k, v in reasons))
     if res.pareto is not None and not res.pareto.empty:
+        missing = res.infeasible_gpu_counts()
+        if missing:
+            typer.echo(f"no feasible configuration at {', '.join(map(str, missing))} GPUs (left out of the front)")
         typer.echo("Pareto front, GPUs vs total tokens/s (fastest configuration per GPU count):")
         typer.echo(_table(res.pareto, [
             ("gpus", "n_gpus", ""), ("tok/s", "tokens_per_s", ",.0f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),

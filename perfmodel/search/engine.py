@@ -103,7 +103,12 @@ class SearchResult:
         }
         if self.pareto is not None:
             out["pareto"] = self.pareto.to_dict("records")
+            out["gpu_counts_without_feasible"] = self.infeasible_gpu_counts()
         return out
+
+    def infeasible_gpu_counts(self) -> list[int]:
+        """The GPU counts searched that hold no feasible configuration (none valid, or none fits)."""
+        return [int(ev.n_gpus) for ev in self.evaluated if not np.asarray(ev.metrics["fits"]).any()]
 
 
 def template_inputs(

@@ -138,7 +138,8 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
 
     # ---- step 3: sequence parallelism, ZeRO stage, recompute (each filtered before the next) ---
     x = _expand(x, {"sp": np.array([0, 1], dtype=np.int32)})
-    reason3 = reason_codes((rules.SP_TP, rules.SP_STACK, rules.AUTOTP_SP), {**job_x, **x}, x["tp"].shape)
+    reason3 = reason_codes((rules.SP_TP, rules.SP_STACK, rules.AUTOTP_SP, rules.SP_SEQ), {**job_x, **x},
+                           x["tp"].shape)
     _count(rejected, reason3, 4 * N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason3 == OK)
 

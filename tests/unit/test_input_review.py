@@ -556,3 +556,42 @@ def test_a_json_file_given_as_a_csv_and_a_repeated_run_id_are_said(tmp_path, mon
     runs.write_text("\n".join(text + [text[1]]) + "\n")
     code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "p.csv"))
     assert code == 0 and "'r-001' (lines 2, 3)" in err
+
+
+def test_sequence_parallelism_needs_tp_to_divide_the_sequence():
+    """Megatron's sequence-parallel scatter asserts the sequence divides by tp: at 4,098 tokens the search
+    recommended (and emitted) tp 4 with --sequence-parallel, which fails at its first forward."""
+    import perfmodel as pm
+
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 128)
+    odd = pm.search("llama3-70b", cluster, pm.JobSpec(global_batch=128, seq_len=4098), top=200)
+    on = odd[(odd["sp"].astype(bool)) & (odd["tp"] > 1)]
+    assert len(odd) and ((4098 // odd.loc[on.index, "cp"]) % on["tp"] == 0).all()
+    even = pm.search("llama3-70b", cluster, pm.JobSpec(global_batch=128, seq_len=4096), top=200)
+    assert (even["sp"].astype(bool) & (even["tp"] == 4) & (even["cp"] == 1)).any()  # 4,096 tokens keep it
+    est = pm.estimate("llama3-70b", cluster, pm.ParallelSpec(tp=4, pp=4, dp=8, vpp=10, sp=True),
+                      pm.JobSpec(global_batch=128, seq_len=4098))
+    assert any("seq_len / cp" in n for n in est.notes)
+
+
+def test_a_gpu_range_says_which_counts_hold_no_feasible_configuration(monkeypatch, capsys):
+    """48 and 96 GPUs hold no valid Llama-3 8B layout at global batch 256: they vanished from the front."""
+    args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--seq-len", "4096",
+            "--global-batch", "256", "--gpus-range", "32,48,64,96,128"]
+    code, out, _ = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and "no feasible configuration at 48, 96 GPUs" in out
+    code, out, _ = run_cli(monkeypatch, capsys, *args, "--json")
+    doc = json.loads(out)
+    assert doc["gpu_counts_without_feasible"] == [48, 96] and {r["n_gpus"] for r in doc["pareto"]} == {32, 64, 128}
+
+
+def test_why_lines_show_no_difference_that_prints_as_zero():
+    from perfmodel.search.explain import _delta_text
+    from perfmodel.step import TIME_PARTS
+
+    a = pd.Series({k: 1.0 for k in TIME_PARTS})
+    b = a.copy()
+    b["compute_s"], b["bubble_s"], b["recompute_s"] = 1.395, 1.0002, 1.0004
+    text = _delta_text(a, b)
+    assert text == "compute -0.395 s"
+    assert _delta_text(a, a) == "no difference above 1 ms"
