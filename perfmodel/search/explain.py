@@ -84,7 +84,7 @@ def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
     d = {k.removesuffix("_s"): float(a[k] - b[k]) for k in TIME_PARTS}
     top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:n]
     # (a difference that prints as 0.000 s is not shown)
-    return ", ".join(f"{k} {v:+.3f} s" for k, v in top if abs(v) >= 0.0005) or "no difference above 1 ms"
+    return ", ".join(f"{k} {v:+.3f} s" for k, v in top if abs(v) >= 0.0005) or "no difference that rounds to 1 ms"
 
 
 def _diff_keys(a, b) -> str:

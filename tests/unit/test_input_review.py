@@ -594,4 +594,4 @@ def test_why_lines_show_no_difference_that_prints_as_zero():
     b["compute_s"], b["bubble_s"], b["recompute_s"] = 1.395, 1.0002, 1.0004
     text = _delta_text(a, b)
     assert text == "compute -0.395 s"
-    assert _delta_text(a, a) == "no difference above 1 ms"
+    assert _delta_text(a, a) == "no difference that rounds to 1 ms"
