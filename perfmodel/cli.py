@@ -5,8 +5,6 @@ Bad input of any kind ends in one ``error: <field>: <rule>`` line on stderr and 
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -15,7 +13,9 @@ from typing import Annotated, Optional
 import typer
 from pydantic import ValidationError
 
-from perfmodel.errors import InputError, NothingUsable, from_validation_error
+from perfmodel.errors import (
+    InputError, NothingUsable, flush_notes, from_validation_error, hold_notes, release_notes,
+)
 from perfmodel.limits import MAX_COUNT, MAX_GPUS
 
 app = typer.Typer(
@@ -37,6 +37,13 @@ def fail(exc: Exception) -> None:
         exc = from_validation_error(exc)
     typer.echo(f"error: {exc}", err=True)
     raise typer.Exit(2)
+
+
+def nothing_usable(message: str) -> None:
+    """A run that worked but found nothing usable: the inputs' notes, then one error line, exit 1."""
+    flush_notes()
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
 
 
 
@@ -237,24 +244,19 @@ def validate(
     from perfmodel.errors import output_file, same_file, write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
-    # the reading's note: lines (unknown columns, frameworks) wait until the inputs are accepted, so
-    # that a refused run prints its one error: line alone
-    notes = io.StringIO()
     try:
-        with contextlib.redirect_stderr(notes):
-            df = read_runs_csv(runs_csv)
-            if out.is_dir():
-                raise InputError("out", "is a folder; give a CSV file path", where=str(out))
-            output_file(out)  # a device, FIFO or socket, or a file where a folder should be
-            inputs = {"the runs CSV being validated": runs_csv, "the --calibration profile": calibration,
-                      **{f"the GPU profile {g} that the runs CSV names": g for g in gpu_profile_paths(df)}}
-            for what, src in inputs.items():
-                if src is not None and same_file(out, src):
-                    raise InputError("out", f"is {what}; give another file for the predictions", where=str(out))
-            pred = predict_runs(df, load_calibration(calibration))
+        df = read_runs_csv(runs_csv)
+        if out.is_dir():
+            raise InputError("out", "is a folder; give a CSV file path", where=str(out))
+        output_file(out)  # a device, FIFO or socket, or a file where a folder should be
+        inputs = {"the runs CSV being validated": runs_csv, "the --calibration profile": calibration,
+                  **{f"the GPU profile {g} that the runs CSV names": g for g in gpu_profile_paths(df)}}
+        for what, src in inputs.items():
+            if src is not None and same_file(out, src):
+                raise InputError("out", f"is {what}; give another file for the predictions", where=str(out))
+        pred = predict_runs(df, load_calibration(calibration))
     except (InputError, ValidationError) as exc:
         fail(exc)
-    sys.stderr.write(notes.getvalue())
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_file_atomic(out, pred.to_csv(index=False).encode("utf-8"))
@@ -269,8 +271,7 @@ def validate(
         typer.echo(f"{counts}; no row could be scored (see status and reason in {out})")
         if summary["ok"] == 0:
             first = pred["reason"].astype(str).value_counts().index[0] if len(pred) else ""
-            typer.echo(f"error: no row of {runs_csv} could be costed (most common reason: {first})", err=True)
-            raise typer.Exit(1)
+            nothing_usable(f"no row of {runs_csv} could be costed (most common reason: {first})")
         raise typer.Exit(0)
     typer.echo(
         f"{counts}; MAPE overall {summary['mape_pct']:.1f}%, macro-averaged over sources {summary['macro_mape_pct']:.1f}%"
@@ -293,23 +294,16 @@ def calibrate(
     """Fit the model to measured inputs and write a calibrated profile (--calibration FILE applies it)."""
     from perfmodel.calibrate.command import run_calibration
 
-    # the inputs' note: lines are said once every input has been read and fitted: a refused input
-    # prints its one error: line alone
-    notes = io.StringIO()
     try:
-        with contextlib.redirect_stderr(notes):
-            run_calibration(
-                gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
-                gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
-                echo=typer.echo,
-            )
+        run_calibration(
+            gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
+            gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
+            echo=typer.echo,
+        )
     except (InputError, ValidationError) as exc:
         fail(exc)
     except NothingUsable as exc:
-        sys.stderr.write(notes.getvalue())
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1)
-    sys.stderr.write(notes.getvalue())
+        nothing_usable(str(exc))
 
 
 from perfmodel.search.cli import recommend as _recommend  # noqa: E402
@@ -330,7 +324,20 @@ app.command("whatif")(_whatif)
 
 
 def main() -> None:
-    """Entry point: every failure ends in one ``error:`` line (exit 2 for bad input), never a traceback."""
+    """Entry point: every failure ends in one ``error:`` line (exit 2 for bad input), never a traceback.
+    The inputs' ``note:`` lines (``errors.say_note``) are held until the command ends: a run refused for
+    bad input prints its error line alone."""
+    hold_notes()
+    code = 1
+    try:
+        code = _run_app()
+    finally:
+        release_notes(say=code != 2)
+    sys.exit(code)
+
+
+def _run_app() -> int:
+    """The command's exit code; its failures printed as one ``error:`` line."""
     # typer ships its own click; its UsageError is the base of typer.BadParameter
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
@@ -343,22 +350,22 @@ def main() -> None:
         field = f"{name}: " if name else ""
         message = " ".join(exc.format_message().split())
         if not message:  # no arguments at all: the help was printed
-            sys.exit(0)
+            return 0
         typer.echo(f"error: {field}{message}", err=True)
-        sys.exit(2)
+        return 2
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except typer.Abort:
         typer.echo("error: aborted", err=True)
-        sys.exit(1)
+        return 1
     except InputError as exc:  # anything that escaped a command
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        return 2
     except OSError as exc:  # a file that cannot be read or written
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         typer.echo(f"error: {where}file: cannot read or write ({exc.strerror or exc})", err=True)
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+        return 2
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

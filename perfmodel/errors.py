@@ -6,6 +6,7 @@ and exits with code 2.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -184,3 +185,39 @@ def write_file_atomic(path, content: bytes, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: the ``note:`` lines of a running command, held until it ends (``hold_notes``): a run refused for bad
+#: input prints its one ``error:`` line alone, any other prints them; None: said at once (the Python API)
+_held_notes: list[str] | None = None
+
+
+def say_note(text: str) -> None:
+    """``note: text`` on stderr: a caveat about an input that does not stop the run."""
+    line = f"note: {text}"
+    if _held_notes is None:
+        print(line, file=sys.stderr)
+    else:
+        _held_notes.append(line)
+
+
+def hold_notes() -> None:
+    """From now on ``say_note`` keeps its lines until ``release_notes``."""
+    global _held_notes
+    _held_notes = []
+
+
+def flush_notes() -> None:
+    """Print the notes held so far (before a closing line of the run's own), and go on holding."""
+    if _held_notes:
+        for line in _held_notes:
+            print(line, file=sys.stderr)
+        _held_notes.clear()
+
+
+def release_notes(say: bool) -> None:
+    """Print the held notes (``say``) or drop them (a refused run), and say notes at once again."""
+    global _held_notes
+    held, _held_notes = _held_notes or [], None
+    for line in held if say else ():
+        print(line, file=sys.stderr)

@@ -22,7 +22,7 @@ import numpy as np
 
 from perfmodel.calibrate.fit_collectives import BOUNDS, refused_bound
 from perfmodel.calibration_profile import GPU_CONSTANT_KEYS, NETWORK_GPU_KEYS, Calibration
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, say_note
 from perfmodel.specs.hardware import AcceleratorSpec, check_node_size
 
 #: a GPU's own values in an unnamed fit: its NVLink tier and its collective latencies
@@ -56,14 +56,14 @@ def node_size(spec: AcceleratorSpec, gpus_per_node: int | None, tables,
     if seen is None or seen == spec.default_gpus_per_node:
         hostless = [t for t in tables if not t.n_nodes and (t.n_ranks or 0) > 1]
         if seen is None and hostless:  # nothing in the file says how its ranks sit on nodes: say what is assumed
-            print(f"note: nccl-tests: --gpus-per-node not given and {len(hostless)} table(s) name no hosts (no Rank "
-                  f"lines): nodes of {spec.default_gpus_per_node} GPUs, the {spec.name} default, are assumed, so up "
-                  f"to {spec.default_gpus_per_node} ranks are costed as one node; give --gpus-per-node for the "
-                  "nodes the run used", file=sys.stderr)
+            say_note(f"nccl-tests: --gpus-per-node not given and {len(hostless)} table(s) name no hosts (no Rank "
+                     f"lines): nodes of {spec.default_gpus_per_node} GPUs, the {spec.name} default, are assumed, so up "
+                     f"to {spec.default_gpus_per_node} ranks are costed as one node; give --gpus-per-node for the "
+                     "nodes the run used")
         return spec.default_gpus_per_node, DEFAULT_NODE_SIZE
-    print(f"note: nccl-tests: --gpus-per-node not given; the Rank lines show {seen} ranks per host, so nodes of "
-          f"{seen} GPUs are assumed (not the {spec.name} default {spec.default_gpus_per_node}) and a given "
-          "--scale-out-gbit-per-s is theirs", file=sys.stderr)
+    say_note(f"nccl-tests: --gpus-per-node not given; the Rank lines show {seen} ranks per host, so nodes of "
+             f"{seen} GPUs are assumed (not the {spec.name} default {spec.default_gpus_per_node}) and a given "
+             "--scale-out-gbit-per-s is theirs")
     return seen, "nccl-tests Rank lines"
 
 

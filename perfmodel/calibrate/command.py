@@ -36,7 +36,7 @@ from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
-from perfmodel.errors import InputError, NothingUsable, output_file, same_file, write_file_atomic
+from perfmodel.errors import InputError, NothingUsable, output_file, same_file, say_note, write_file_atomic
 from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK, MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.structured_text import dump_yaml
@@ -524,8 +524,8 @@ def _log_point(path: Path, log: pd.DataFrame, gpu, gpus_per_node, scale_out_gbit
         raise InputError("global batch size", f"every iteration line logs {int(batch[0])}, not the arguments "
                          f"block's global_batch_size {specs[3].global_batch}", f"{path}:{int(log['line'].iloc[0])}")
     if other.any():
-        print(f"note: {path}: {int(other.sum())} of {len(log)} iteration lines left out: their global batch size is "
-              f"not the arguments block's {specs[3].global_batch} (batch-size ramp-up)", file=sys.stderr)
+        say_note(f"{path}: {int(other.sum())} of {len(log)} iteration lines left out: their global batch size is "
+                 f"not the arguments block's {specs[3].global_batch} (batch-size ramp-up)")
         log = log[~other]
     try:
         check_config(*specs)

@@ -47,7 +47,7 @@ def report(
     from pydantic import ValidationError
 
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.cli import build_cluster, build_job, fail, nothing_usable
     from perfmodel.notes import job_notes
     from perfmodel.errors import InputError, from_validation_error, output_folder
     from perfmodel.calibrate.parsers.runs_csv import gpu_profile_paths
@@ -79,9 +79,8 @@ def report(
     except (InputError, ValidationError) as exc:
         fail(exc)
     if data.result.n_feasible == 0:
-        typer.echo(f"error: no feasible configuration for {spec.name} on {gpus} x {cluster.gpu.name} "
-                   f"(global batch {global_batch}, seq len {seq_len}): nothing to report", err=True)
-        raise typer.Exit(1)
+        nothing_usable(f"no feasible configuration for {spec.name} on {gpus} x {cluster.gpu.name} "
+                       f"(global batch {global_batch}, seq len {seq_len}): nothing to report")
     try:
         gpu_files = gpu_profile_paths(runs_df) if runs_df is not None else []
         files = write_report(data, out, inputs=[p for p in (runs, calibration, model, gpu, *gpu_files) if p])

@@ -86,7 +86,7 @@ def whatif_command(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.cli import build_cluster, build_job, fail, nothing_usable
     from perfmodel.errors import InputError, from_validation_error
     from perfmodel.estimate import check_model_split, check_precision
     from perfmodel.specs import ParallelSpec
@@ -183,5 +183,4 @@ def whatif_command(
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
     if not feasible:
         reasons = "; ".join(sorted(set(df.get("reason", pd.Series(dtype=str)).dropna().astype(str))))[:300]
-        typer.echo(f"error: no point of the sweep is feasible{': ' + reasons if reasons else ''}", err=True)
-        raise typer.Exit(1)
+        nothing_usable(f"no point of the sweep is feasible{': ' + reasons if reasons else ''}")

@@ -74,7 +74,7 @@ def recommend(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.catalog import load_model
-    from perfmodel.cli import build_cluster, build_job, fail
+    from perfmodel.cli import build_cluster, build_job, fail, nothing_usable
     from perfmodel.errors import InputError
     from perfmodel.notes import job_notes
     from perfmodel.search.emit import EMIT_TARGETS
@@ -121,11 +121,7 @@ def recommend(
         else:
             reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
             why = "no structurally valid configuration: " + "; ".join(f"{k} ({v:,})" for k, v in reasons)
-        typer.echo(
-            f"error: no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}",
-            err=True,
-        )
-        raise typer.Exit(1)
+        nothing_usable(f"no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}")
 
     best = res.candidates.iloc[0]
     best_row = {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node}

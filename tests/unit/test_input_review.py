@@ -334,6 +334,19 @@ def test_validate_refusing_its_output_prints_the_error_line_alone(tmp_path, monk
     assert code == 0 and err.startswith("note: ") and "my-own-stack" in err
 
 
+def test_every_command_refused_for_bad_input_prints_its_error_line_alone(tmp_path, monkeypatch, capsys):
+    """The inputs' notes are held by the entry point, not by each command: report read the runs CSV (a
+    note) and then refused a missing calibration, two lines."""
+    runs = _runs_row(tmp_path, framework="my-own-stack")
+    base = ["report", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--runs", str(runs)]
+    code, _, err = run_cli(monkeypatch, capsys, *base, "--calibration", str(tmp_path / "missing.yaml"),
+                           "--out", str(tmp_path / "r1"))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "calibration" in err
+    code, _, err = run_cli(monkeypatch, capsys, *base, "--out", str(tmp_path / "r2"))
+    assert code == 0 and "note: " in err and "my-own-stack" in err
+
+
 def test_validate_groups_run_ids_without_an_index_by_their_source_cell(tmp_path, monkeypatch, capsys):
     """Run ids in the schema's slug + index form group by slug; other ids by the source column, or
     each on its own where no source is given; the scored count is a count."""

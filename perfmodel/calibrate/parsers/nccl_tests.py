@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
-from perfmodel.errors import InputError, read_text_file
+from perfmodel.errors import InputError, read_text_file, say_note
 from perfmodel.limits import MAX_BYTES, MAX_COUNT
 from perfmodel.units import GB_BYTES, US_S
 
@@ -294,8 +294,6 @@ def _drop_wrong(rows: pd.DataFrame, where: str) -> pd.DataFrame:
     """``rows`` less those whose ``#wrong`` count is above 0: nccl-tests' own check found elements of the
     result wrong, so the time is not that of a correct collective. Said in one ``note:`` line; a table
     with no row left is refused (InputError), never fitted."""
-    import sys
-
     wrong = np.zeros(len(rows), dtype=bool)
     for col in ("oop_wrong", "ip_wrong"):
         if col in rows:
@@ -305,8 +303,8 @@ def _drop_wrong(rows: pd.DataFrame, where: str) -> pd.DataFrame:
     if wrong.all():
         raise InputError("#wrong", f"every row ({len(rows)}) failed nccl-tests' correctness check (#wrong > 0): "
                          "these times are not of a correct collective; rerun the benchmark", where)
-    print(f"note: {where}: {int(wrong.sum())} of {len(rows)} rows dropped: nccl-tests' correctness check failed "
-          "on them (#wrong > 0)", file=sys.stderr)
+    say_note(f"{where}: {int(wrong.sum())} of {len(rows)} rows dropped: nccl-tests' correctness check failed "
+             "on them (#wrong > 0)")
     return rows[~wrong].reset_index(drop=True)
 
 

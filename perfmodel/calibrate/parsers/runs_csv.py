@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, say_note
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, to_numeric
 
 #: the columns a runs CSV must have: those without which no row can be costed (perfmodel.runs.REQUIRED);
@@ -110,7 +110,6 @@ def note_unknown_columns(columns: list[str], path, header_line: int) -> None:
     read by nothing, so a misspelled one (``zero-stage``) would silently leave its cells to the defaults.
     The closest schema name is suggested where there is one."""
     import difflib
-    import sys
 
     if not columns:
         return
@@ -119,8 +118,7 @@ def note_unknown_columns(columns: list[str], path, header_line: int) -> None:
         key = str(c).strip().lower().replace("-", "_").replace(" ", "_")
         close = [key] if key in SCHEMA_COLUMNS else difflib.get_close_matches(key, SCHEMA_COLUMNS, n=1, cutoff=0.75)
         shown.append(f"{c!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    print(f"note: {path}:{header_line}: column(s) not in the runs schema, ignored: {', '.join(shown)}",
-          file=sys.stderr)
+    say_note(f"{path}:{header_line}: column(s) not in the runs schema, ignored: {', '.join(shown)}")
 
 
 def _row_peaks(df: pd.DataFrame) -> list:
@@ -164,8 +162,6 @@ def gpu_profile_paths(df: pd.DataFrame) -> list[str]:
 def note_repeated_run_ids(run_ids: pd.Series, lines: list[int], path) -> None:
     """One ``note:`` line on stderr naming run ids that appear on more than one row (a pasted row, say):
     each row is still costed and scored, and a fit counts each of them."""
-    import sys
-
     ids = run_ids.astype(str).str.strip()
     repeated = ids[ids.duplicated(keep=False) & (ids != "") & (ids != "nan")]
     if repeated.empty:
@@ -173,8 +169,8 @@ def note_repeated_run_ids(run_ids: pd.Series, lines: list[int], path) -> None:
     shown = [f"{rid!r} (lines {', '.join(str(lines[i]) for i in np.flatnonzero((ids == rid).to_numpy()))})"
              for rid in list(dict.fromkeys(repeated))[:3]]
     more = len(set(repeated)) - len(shown)
-    print(f"note: {path}: run_id on more than one row, each costed and scored (and fitted) on its own: "
-          f"{', '.join(shown)}" + (f" and {more} more" if more > 0 else ""), file=sys.stderr)
+    say_note(f"{path}: run_id on more than one row, each costed and scored (and fitted) on its own: "
+             f"{', '.join(shown)}" + (f" and {more} more" if more > 0 else ""))
 
 
 def note_unknown_frameworks(cells: pd.Series, path) -> None:
@@ -182,7 +178,6 @@ def note_unknown_frameworks(cells: pd.Series, path) -> None:
     with the generic profile (not an error, CONTRACT.md), but a misspelled stack (``megatron_lm``) would
     otherwise change their predictions silently. The closest known name is suggested where there is one."""
     import difflib
-    import sys
 
     from perfmodel.frameworks import PROFILES
 
@@ -197,8 +192,7 @@ def note_unknown_frameworks(cells: pd.Series, path) -> None:
         close = [key] if key in known else difflib.get_close_matches(key, known, n=1, cutoff=0.75)
         shown.append(f"{name!r} ({count} row{'s' if count > 1 else ''}"
                      + (f"; did you mean {close[0]!r}?)" if close else ")"))
-    print(f"note: {path}: framework(s) with no profile, run with the generic one: {', '.join(shown)}",
-          file=sys.stderr)
+    say_note(f"{path}: framework(s) with no profile, run with the generic one: {', '.join(shown)}")
 
 
 def _check_tflops(df: pd.DataFrame, row_errors: list[str], used: np.ndarray) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
-from perfmodel.errors import InputError, read_text_file
+from perfmodel.errors import InputError, read_text_file, say_note
 
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
            "samples_per_s", "mfu", "framework", "line", "global_batch"]
@@ -126,15 +126,13 @@ def _drop_truncated_last(rows: list[dict], fields: dict[int, int], last_line: in
     with fewer fields than every other line of its format: a log copied or read while being written ends
     mid-line ("... per iteration (ms): 59" cut from 5912.3), and its number is not a measurement. Said in
     one ``note:`` line."""
-    import sys
-
     if not rows or rows[-1]["line"] != last_line or last_line not in fields:
         return rows
     others = [fields[r["line"]] for r in rows[:-1] if r["framework"] == rows[-1]["framework"] and r["line"] in fields]
     if not others or fields[last_line] >= min(others):
         return rows
-    print(f"note: {path}:{last_line}: last line ignored: it has fewer fields than the other {rows[-1]['framework']} "
-          "iteration lines (a log cut mid-line)", file=sys.stderr)
+    say_note(f"{path}:{last_line}: last line ignored: it has fewer fields than the other {rows[-1]['framework']} "
+             "iteration lines (a log cut mid-line)")
     return rows[:-1]
 
 
