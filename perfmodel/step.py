@@ -300,8 +300,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # rest, the re-run's included): a phase lasts its compute plus this, and every other collective that
     # hides behind the phase (DP reduction, ZeRO gathers, offload copies) hides behind all of it -- a
     # faster attention that leaves more of the ring exposed leaves the phase as long
-    cp_fwd_wait = cp_rerun_s
-    cp_bwd_wait = cp_layer_s - cp_fwd_wait
+    cp_fwd_wait_s = cp_rerun_s
+    cp_bwd_wait_s = cp_layer_s - cp_fwd_wait_s
 
     # logits + cross-entropy on the last stage: 2 b s h V / t forward, twice that backward
     logits_f = gemm(tokens, V / tp, h) + elementwise_time_s(6.0 * tokens * V / tp, hbm, f64["hbm_efficiency"])
@@ -343,8 +343,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     )
     act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
-    fwd_phase, bwd_phase = layers * (layer_f + cp_fwd_wait), layers * (layer_b + cp_bwd_wait)
-    offload_mb = np.maximum(copy_s - fwd_phase, 0.0) + np.maximum(copy_s - bwd_phase, 0.0)
+    fwd_phase_s, bwd_phase_s = layers * (layer_f + cp_fwd_wait_s), layers * (layer_b + cp_bwd_wait_s)
+    offload_mb = np.maximum(copy_s - fwd_phase_s, 0.0) + np.maximum(copy_s - bwd_phase_s, 0.0)
     offload_mb = np.where(f64["offload_fraction"] > 0, offload_mb, 0.0)
 
     per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
@@ -352,8 +352,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the bubble's (p - 1) slots run at the pace of the stages other than the busiest (fill and drain
     # of unequal stages, perfmodel.costs.pipeline_split.fill_drain_stage_s); per-micro-batch costs
     # every stage pays (the engine's overhead, offload copies) stay as they are
-    busy_stage = busy_layers * layer_s + busy_logits * head_s
-    bubble_mb = per_mb - busy_stage + fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage)
+    busy_stage_s = busy_layers * layer_s + busy_logits * head_s
+    bubble_mb_s = per_mb - busy_stage_s + fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage_s)
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
@@ -394,8 +394,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride)
     rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride)
     ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride)
-    last_bwd = bwd_phase
-    first_fwd = fwd_phase
+    last_bwd = bwd_phase_s
+    first_fwd = fwd_phase_s
     # a pipeline engine that reduces after the last backward hides nothing (DeepSpeed's ReduceGrads)
     dp_overlap = np.where((pp > 1) & (f64["pp_reduces_after_backward"] > 0), 0.0, f64["dp_overlap"])
     dp_hidden_red = dp_overlap * last_bwd
@@ -406,7 +406,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
                             np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
-    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * bwd_phase, 0.0) + np.maximum(
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * bwd_phase_s, 0.0) + np.maximum(
         rs - dp_hidden_red, 0.0) + exposed_gather
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
@@ -441,7 +441,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
     # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
     psi = f64["zero3_overlap"]
-    fwd_compute, bwd_compute = fwd_phase, bwd_phase + recompute_mb
+    fwd_compute, bwd_compute = fwd_phase_s, bwd_phase_s + recompute_mb
     z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
     z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
     z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
@@ -466,7 +466,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         "cp_comm_s": n_micro * cp_mb,
         "offload_s": n_micro * offload_mb,
         "pp_comm_s": pp_comm,
-        "bubble_s": pp_slots * bubble_mb,
+        "bubble_s": pp_slots * bubble_mb_s,
         "dp_comm_s": dp_comm,
         "optimizer_s": optimizer,
         "overhead_s": f64["step_overhead_s"] * np.ones_like(optimizer),
