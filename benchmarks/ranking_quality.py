@@ -7,7 +7,13 @@ predicted vs measured tokens/s/GPU, and the top-1 regret (how much slower, measu
 configuration the model ranks first is than the measured best: 1 - measured[argmax pred] / max
 measured). Prints the groups and the means. No targets are asserted yet.
 
-    python benchmarks/ranking_quality.py [RUNS_CSV] [--min-configs 4]
+``--noise-ceiling`` adds what a perfect configuration-only model would score on the HF playbook's
+groups if each run carried the run-to-run noise its ZeRO-0 / ZeRO-1 twins show (configurations
+that differ only in the ZeRO stage, whose modelled times differ by a few percent): the measured
+tokens/s stand for the truth, and each simulated run is, with probability 1/2, slowed by the
+|log ratio| of a randomly drawn twin pair (a stall slows a run; nothing speeds one up).
+
+    python benchmarks/ranking_quality.py [RUNS_CSV] [--min-configs 4] [--noise-ceiling]
 """
 from __future__ import annotations
 
@@ -49,10 +55,38 @@ def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def noise_ceiling(df: pd.DataFrame, min_configs: int = 4, draws: int = 300, seed: int = 0) -> pd.DataFrame:
+    """Mean Spearman and top-1 regret of a perfect model under the HF playbook's twin noise, per group
+    (see the module docstring)."""
+    frame = df.assign(source_slug=run_sources(df).to_numpy(), meas=measured_tokens_per_s_per_gpu(df))
+    hf = frame[(frame.source_slug == "hfpb") & np.isfinite(frame.meas)]
+    keys = ["n_layers", "hidden_size", "n_gpus", "seq_len", "global_batch", "tp", "pp", "dp", "micro_batch"]
+    once = hf.groupby(keys + ["zero_stage"], as_index=False)["meas"].mean()
+    twins = once[once.zero_stage == 0].merge(once[once.zero_stage == 1], on=keys, suffixes=("_0", "_1"))
+    slowdowns = np.abs(np.log(twins.meas_1 / twins.meas_0)).to_numpy()
+    rng = np.random.default_rng(seed)
+    rows = []
+    for key, g in hf.groupby(["n_layers", "hidden_size", "gpu", "n_gpus", "seq_len", "global_batch"], sort=True):
+        if len(g) < min_configs:
+            continue
+        truth = np.log(g.meas.to_numpy())
+        rho, regret = [], []
+        for _ in range(draws):
+            hit = rng.random(truth.size) < 0.5
+            obs = truth - np.where(hit, rng.choice(slowdowns, truth.size), 0.0)
+            rho.append(spearmanr(truth, obs).statistic)
+            regret.append(1.0 - np.exp(obs[np.argmax(truth)] - obs.max()))
+        rows.append({"n_gpus": int(key[3]), "hidden": int(key[1]), "configs": len(g),
+                     "spearman": float(np.mean(rho)), "top1_regret": float(np.mean(regret))})
+    return pd.DataFrame(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_csv", nargs="?", default=str(DEFAULT_CSV))
     ap.add_argument("--min-configs", type=int, default=4)
+    ap.add_argument("--noise-ceiling", action="store_true", help="also what a perfect model would score under "
+                    "the HF playbook's run-to-run noise")
     args = ap.parse_args()
     table = ranking_table(read_runs_csv(Path(args.runs_csv)), args.min_configs)
     if table.empty:
@@ -68,6 +102,10 @@ def main() -> int:
         if len(part):
             print(f"  {label}: {len(part)} groups, mean Spearman {part.spearman.mean():.3f}, "
                   f"mean top-1 regret {part.top1_regret.mean():.1%}")
+    if args.noise_ceiling:
+        ceiling = noise_ceiling(read_runs_csv(Path(args.runs_csv)), args.min_configs)
+        print(f"a perfect model under the HF playbook's twin noise ({len(ceiling)} groups): mean Spearman "
+              f"{ceiling.spearman.mean():.3f}, mean top-1 regret {ceiling.top1_regret.mean():.1%}")
     return 0
 
 

@@ -44,11 +44,17 @@ def base_calibration() -> Calibration:
     return Calibration(**data)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     import pandas as pd
 
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--loso", action="store_true", help="print the leave-one-source-out MAPE per source; "
+                    "writes nothing")
+    args = ap.parse_args(argv)
     runs = HERE / "data" / "runs" / "calibration_runs.csv"
-    if "--loso" in sys.argv:
+    if args.loso:
         table = leave_one_source_out(pd.read_csv(runs), base_calibration(),
                                      pairs=pd.read_csv(HERE / "data" / "runs" / "zeropp_pairs.csv"))
         print(table.round(1).to_string())
