@@ -79,6 +79,7 @@ TIME_PARTS = (
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
 
 ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
+FP8_CAST_BYTES = 4.0  # one cast + transpose pass: 2 bytes read, the low-precision copy and its transpose written
 
 
 class _Subset:
@@ -232,9 +233,22 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     elem_f = elementwise_time_s(
         ACT_BYTES * tokens * (passes_h * h / sp_div + act_ffn), hbm, f64["hbm_efficiency"]
     ) / ke
+    # low-precision GEMMs (fp8 / mxfp8 / nvfp4 through Transformer Engine) take their operands in that
+    # precision: every linear's input is cast in the forward, every linear's output gradient in the
+    # backward, each by one fused cast + transpose pass (the transpose feeds the other backward GEMM):
+    # read 2 bytes, write 2 x 1 byte per element (TE cast_transpose, transformer_engine/common/transpose)
+    lowp = peak > peak16
+    cast_f = cast_b = 0.0
+    if np.any(lowp):  # (skipped for an all-16-bit batch: keeps the search fast)
+        cast_in = 2.0 * h / sp_div + h / tp + ffn / tp                             # QKV and MLP-up, proj, MLP-down
+        cast_grad = (h + 2.0 * kv_w) / tp + 2.0 * h / sp_div + (mm - 1.0) * ffn / tp  # QKV, proj, MLP-down, MLP-up
+        def cast_s(elements):
+            return elementwise_time_s(FP8_CAST_BYTES * tokens * elements, hbm, f64["hbm_efficiency"]) / ke
+
+        cast_f, cast_b = np.where(lowp, cast_s(cast_in), 0.0), np.where(lowp, cast_s(cast_grad), 0.0)
     extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
-    layer_f = gemm_f + attn_f + elem_f + extra / 3.0
-    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + 2.0 * extra / 3.0
+    layer_f = gemm_f + attn_f + elem_f + cast_f + extra / 3.0
+    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + cast_b + 2.0 * extra / 3.0
     # balanced (Kuaishou): the two norms and the MLP activation are re-run: element-wise passes
     balanced_rc = elementwise_time_s(
         ACT_BYTES * tokens * (4.0 * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]

@@ -18,7 +18,9 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
   at least 100 cross-node TP runs while other fabrics' runs still inform the shared value;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s (100+ rows), or
-  microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes).
+  microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes);
+* derived, not fitted: the generic profile's kernel_efficiency (a stack with no profile of its own, or
+  a blank framework cell), the median of the fitted stacks' values.
 
 Never a constant per row; a row's measured value is used only in its own residual.
 """
@@ -292,6 +294,15 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             if net not in fitted_nets:
                 over.pop("tp_internode_efficiency", None)
         networks = {k: v for k, v in networks.items() if v}
+    # a stack the model has no profile for (or a blank framework cell) runs with the generic profile: at
+    # the typical fitted fusion quality, the median kernel_efficiency of the stacks this fit measured,
+    # not at the uncalibrated 1.0 (unless the fit saw the generic profile's own rows); a derived value,
+    # recorded with the fitted ones
+    fitted_ke = [float(v) for (kind, key, p), v in zip(names, res.x)
+                 if kind == "framework" and p == "kernel_efficiency" and key != "generic"]
+    if fitted_ke and ("framework", "generic", "kernel_efficiency") not in names:
+        frameworks.setdefault("generic", {})["kernel_efficiency"] = float(np.median(fitted_ke))
+        params["generic.kernel_efficiency"] = float(np.median(fitted_ke))
     cal = Calibration(constants=constants, frameworks=frameworks, gpus=base.gpus, networks=networks,
                       provenance=dict(base.provenance))
     pred = step_costs(apply(res.x))["tokens_per_s_per_gpu"]

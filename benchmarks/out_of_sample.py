@@ -1,0 +1,55 @@
+"""How the shipped profile does on measured runs it was never fitted on.
+
+    python benchmarks/out_of_sample.py [--as FRAMEWORK ...]
+
+The runs: MosaicML's MPT benchmarks (calibration/data/outofsample/llmfoundry_runs.csv, built by
+calibration/build_outofsample.py from mosaicml/llm-foundry's benchmarking README; a source, a stack and
+a model family the shared data set does not have). Their stack has no profile, so they run with the
+generic one, as any unknown or blank framework does; ``--as`` also scores them as if they had been run
+by a stack the model knows (e.g. torchtitan, the other FSDP stack). Prints the MAPE of tokens/s/GPU and
+the median predicted / measured ratio by GPU and precision and by sequence length.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
+
+RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "outofsample" / "llmfoundry_runs.csv"
+
+
+def score(runs: pd.DataFrame, framework: str | None = None) -> pd.DataFrame:
+    """One row per run: its predicted / measured tokens/s/GPU (the stated framework, or ``framework``)."""
+    frame = runs if framework is None else runs.assign(framework=framework)
+    pred = predict_runs(frame)
+    ratio = pred["pred_tokens_per_s_per_gpu"].to_numpy() / measured_tokens_per_s_per_gpu(frame)
+    return runs.assign(ratio=ratio)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--as", dest="frameworks", action="append", default=[], metavar="FRAMEWORK")
+    args = ap.parse_args()
+    runs = read_runs_csv(RUNS)
+    for fw in [None, *args.frameworks]:
+        scored = score(runs, fw)
+        ape = 100.0 * np.abs(scored.ratio - 1.0)
+        label = "as stated (generic profile)" if fw is None else f"as {fw}"
+        print(f"{len(scored)} runs {label}: MAPE {ape.mean():.1f}% (median APE {ape.median():.1f}%), "
+              f"median predicted / measured {scored.ratio.median():.3f}")
+        with pd.option_context("display.width", 160):
+            print(scored.pivot_table(index=["gpu", "precision"], columns="recompute", values="ratio",
+                                     aggfunc="median").round(2).to_string())
+            print(scored.pivot_table(index="seq_len", columns="gpu", values="ratio",
+                                     aggfunc="median").round(2).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
