@@ -79,7 +79,9 @@ TIME_PARTS = (
 MEMORY_PARTS = ("weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "reserved_gib")
 
 ACT_BYTES = 2.0  # 16-bit activations (fp8 recipes still keep activations in bf16)
-FP8_CAST_BYTES = 4.0  # one cast + transpose pass: 2 bytes read, the low-precision copy and its transpose written
+#: casting a 16-bit operand to a GEMM's low precision: bytes read per element, and written per element of
+#: each low-precision copy (fp8 / mxfp8: 1 byte; nvfp4: half a byte and one e4m3 scale per 16 elements)
+CAST_READ_BYTES, FP8_ELEMENT_BYTES, FP4_ELEMENT_BYTES = 2.0, 1.0, 0.5 + 1.0 / 16.0
 
 
 class _Subset:
@@ -235,17 +237,27 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     ) / ke
     # low-precision GEMMs (fp8 / mxfp8 / nvfp4 through Transformer Engine) take their operands in that
     # precision: every linear's input is cast in the forward, every linear's output gradient in the
-    # backward, each by one fused cast + transpose pass (the transpose feeds the other backward GEMM):
-    # read 2 bytes, write 2 x 1 byte per element (TE cast_transpose, transformer_engine/common/transpose)
+    # backward, and each also transposed for the other backward GEMM. Where the operand is local, one
+    # fused cast + transpose pass (read 2 bytes, write the copy and its transpose); where sequence
+    # parallelism gathers it (the QKV and MLP-up inputs, the projection and MLP-down output gradients),
+    # the local shard is cast (read 2, write 1), gathered, and the gathered tensor transposed in the
+    # backward (read and write 1) (TE Linear / grad_output_preprocess: cast_to_fp8, gather, fp8_transpose;
+    # transformer_engine/common/transpose/cast_transpose). nvfp4 writes half a byte and a scale per 16.
     lowp = peak > peak16
     cast_f = cast_b = 0.0
     if np.any(lowp):  # (skipped for an all-16-bit batch: keeps the search fast)
-        cast_in = 2.0 * h / sp_div + h / tp + ffn / tp                             # QKV and MLP-up, proj, MLP-down
-        cast_grad = (h + 2.0 * kv_w) / tp + 2.0 * h / sp_div + (mm - 1.0) * ffn / tp  # QKV, proj, MLP-down, MLP-up
-        def cast_s(elements):
-            return elementwise_time_s(FP8_CAST_BYTES * tokens * elements, hbm, f64["hbm_efficiency"]) / ke
-
-        cast_f, cast_b = np.where(lowp, cast_s(cast_in), 0.0), np.where(lowp, cast_s(cast_grad), 0.0)
+        w = np.where(peak > 2.5 * peak16, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES)
+        cast_transpose, cast_only, transpose = CAST_READ_BYTES + 2.0 * w, CAST_READ_BYTES + w, 2.0 * w
+        sp_on = sp > 0
+        # bytes a token of one gathered operand costs: forward (cast) and backward (transpose), or all at once
+        gathered_f = np.where(sp_on, cast_only * h / tp, cast_transpose * h)
+        gathered_b = np.where(sp_on, transpose * h, 0.0)
+        grad_gathered = np.where(sp_on, cast_only * h / tp + transpose * h, cast_transpose * h)
+        fwd_bytes = 2.0 * gathered_f + cast_transpose * (h + ffn) / tp          # QKV and MLP-up; proj, MLP-down
+        bwd_bytes = (2.0 * gathered_b + 2.0 * grad_gathered                      # their transposes; proj, MLP-down
+                     + cast_transpose * ((h + 2.0 * kv_w) + (mm - 1.0) * ffn) / tp)  # QKV, MLP-up output gradients
+        cast_f = np.where(lowp, elementwise_time_s(tokens * fwd_bytes, hbm, f64["hbm_efficiency"]) / ke, 0.0)
+        cast_b = np.where(lowp, elementwise_time_s(tokens * bwd_bytes, hbm, f64["hbm_efficiency"]) / ke, 0.0)
     extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
     layer_f = gemm_f + attn_f + elem_f + cast_f + extra / 3.0
     layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + cast_b + 2.0 * extra / 3.0

@@ -20,7 +20,7 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s (100+ rows), or
   microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes);
 * derived, not fitted: the generic profile's kernel_efficiency (a stack with no profile of its own, or
-  a blank framework cell), the median of the fitted stacks' values.
+  a blank framework cell), the median of the values the written profile holds for the named stacks.
 
 Never a constant per row; a row's measured value is used only in its own residual.
 """
@@ -295,14 +295,15 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
                 over.pop("tp_internode_efficiency", None)
         networks = {k: v for k, v in networks.items() if v}
     # a stack the model has no profile for (or a blank framework cell) runs with the generic profile: at
-    # the typical fitted fusion quality, the median kernel_efficiency of the stacks this fit measured,
-    # not at the uncalibrated 1.0 (unless the fit saw the generic profile's own rows); a derived value,
-    # recorded with the fitted ones
-    fitted_ke = [float(v) for (kind, key, p), v in zip(names, res.x)
-                 if kind == "framework" and p == "kernel_efficiency" and key != "generic"]
-    if fitted_ke and ("framework", "generic", "kernel_efficiency") not in names:
-        frameworks.setdefault("generic", {})["kernel_efficiency"] = float(np.median(fitted_ke))
-        params["generic.kernel_efficiency"] = float(np.median(fitted_ke))
+    # the typical calibrated fusion quality, the median kernel_efficiency of the stacks the written profile
+    # calibrates (this fit's and the base's), not at the uncalibrated 1.0 -- unless this fit saw the generic
+    # profile's own rows; a derived value, recorded with the fitted ones
+    if any(kind == "framework" and p == "kernel_efficiency" for kind, _, p in names) and \
+            ("framework", "generic", "kernel_efficiency") not in names:
+        calibrated = [float(v["kernel_efficiency"]) for k, v in frameworks.items()
+                      if k != "generic" and "kernel_efficiency" in v]
+        frameworks.setdefault("generic", {})["kernel_efficiency"] = float(np.median(calibrated))
+        params["generic.kernel_efficiency"] = float(np.median(calibrated))
     cal = Calibration(constants=constants, frameworks=frameworks, gpus=base.gpus, networks=networks,
                       provenance=dict(base.provenance))
     pred = step_costs(apply(res.x))["tokens_per_s_per_gpu"]

@@ -52,3 +52,15 @@ def test_the_shipped_profile_carries_the_median():
     shipped = load_calibration(None)
     own = [v["kernel_efficiency"] for k, v in shipped.frameworks.items() if k != "generic" and "kernel_efficiency" in v]
     assert shipped.framework("an-unknown-stack").kernel_efficiency == pytest.approx(float(np.median(own)))
+
+
+def test_a_fit_on_a_shipped_base_takes_the_median_of_every_stack_it_writes(runs):
+    """A user's runs of one stack refit that stack on top of the shipped profile: the generic value is the
+    median of all the stacks the written profile calibrates, not that one stack's value."""
+    base = load_calibration(None)
+    fit = fit_runs(runs[runs.run_id.str.startswith("kwai")].reset_index(drop=True), base)
+    written = fit.calibration.frameworks
+    others = [v["kernel_efficiency"] for k, v in written.items() if k != "generic" and "kernel_efficiency" in v]
+    assert len(others) == len([k for k, v in base.frameworks.items() if k != "generic" and "kernel_efficiency" in v])
+    assert written["generic"]["kernel_efficiency"] == pytest.approx(float(np.median(others)))
+    assert written["generic"]["kernel_efficiency"] != pytest.approx(written["megatron-kwai"]["kernel_efficiency"])

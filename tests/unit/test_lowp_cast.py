@@ -1,6 +1,8 @@
-"""Low-precision GEMMs pay for their casts: Transformer Engine casts every linear's input (forward) and
-every linear's output gradient (backward) to fp8 in one fused cast + transpose pass, 2 bytes read and
-2 x 1 byte written per element (transformer_engine/common/transpose/cast_transpose)."""
+"""Low-precision GEMMs pay for their operands' casts (Transformer Engine): every linear's input in the
+forward and every linear's output gradient in the backward is cast and transposed. A local operand takes
+one fused cast + transpose pass (read 2 bytes, write 2 copies); an operand sequence parallelism gathers is
+cast on its shard (read 2, write 1) and transposed after the gather, in the backward (read 1, write 1).
+fp8 copies are 1 byte an element, nvfp4 ones half a byte and an e4m3 scale per 16 elements."""
 from __future__ import annotations
 
 import pytest
@@ -10,49 +12,65 @@ import perfmodel.step as step
 from perfmodel.calibration_profile import Calibration
 from perfmodel.estimate import build_inputs, step_outputs
 
+# bytes a token, one layer, worked out by hand from the rules above
+CASES = {
+    # gpt3-1.3b (h 2048, ffn 8192, MHA, GELU), TP 2 with SP, fp8: forward 2 gathered inputs x 3 B x h/2 +
+    # 4 B x (h + ffn)/2; backward 2 x 2 B x h (their transposes) + 2 gathered gradients x (3 B x h/2 + 2 B x h)
+    # + 4 B x (3h + ffn)/2
+    "sp-fp8": ("gpt3-1.3b", "h100-sxm5-80gb", "fp8", 2, True, 6144 + 20480, 8192 + 14336 + 28672),
+    # llama3-8b (h 4096, ffn 14336, 8 of 32 KV heads: 1024 KV width, SwiGLU), TP 2 without SP, fp8: forward
+    # 2 x 4 B x h + 4 B x (h + ffn)/2; backward 2 x 4 B x h + 4 B x ((h + 2 x 1024) + 2 ffn)/2
+    "gqa-swiglu-fp8": ("llama3-8b", "h100-sxm5-80gb", "fp8", 2, False, 32768 + 36864, 32768 + 69632),
+    # gpt3-1.3b, TP 1, nvfp4 on B200: 2 + 2 x 0.5625 = 3.125 B an element; forward 3.125 x (2h + h + ffn),
+    # backward 3.125 x (2h + 3h + ffn)
+    "fp4": ("gpt3-1.3b", "b200", "nvfp4", 1, False, 3.125 * (3 * 2048 + 8192), 3.125 * (5 * 2048 + 8192)),
+}
 
-def _specs(precision: str, recompute: str):
-    model = perfmodel.load_model("gpt3-1.3b")  # h 2048, ffn 8192, 16 heads, 24 layers, GELU
-    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("h100-sxm5-80gb"), 8, 8)
-    par = perfmodel.ParallelSpec(tp=2, pp=1, dp=4, micro_batch=2, sp=True, recompute=recompute)
-    job = perfmodel.JobSpec(global_batch=16, seq_len=2048, precision=precision, framework="megatron-lm")
+
+def _specs(model_name, gpu, precision, tp, sp, recompute="none"):
+    model = perfmodel.load_model(model_name)
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu(gpu), 8, 8)
+    par = perfmodel.ParallelSpec(tp=tp, pp=1, dp=8 // tp, micro_batch=2, sp=sp, recompute=recompute)
+    job = perfmodel.JobSpec(global_batch=32, seq_len=2048, precision=precision, framework="megatron-lm")
     return model, cluster, par, job
 
 
-@pytest.mark.parametrize("recompute, forward_passes", [("none", 1), ("full", 2)])
-def test_fp8_cast_time_is_four_bytes_per_cast_element(monkeypatch, recompute, forward_passes):
-    model, cluster, par, job = _specs("fp8", recompute)
-    x = build_inputs(model, cluster, par, job, Calibration())
-    with_casts = step_outputs(model, cluster, par, job, Calibration())
-    monkeypatch.setattr(step, "FP8_CAST_BYTES", 0.0)
-    without = step_outputs(model, cluster, par, job, Calibration())
-    h, ffn, t = 2048.0, 8192.0, 2.0
-    fwd = 2 * h / t + h / t + ffn / t                 # QKV and MLP-up inputs (SP-sharded), proj, MLP-down
-    bwd = 3 * h / t + 2 * h / t + ffn / t             # output gradients: QKV (MHA), proj, MLP-down, MLP-up
-    tokens, n_micro, layers = 2 * 2048.0, 16 / (4 * 2), 24
+def _without_casts(monkeypatch, *specs):
+    monkeypatch.setattr(step, "CAST_READ_BYTES", 0.0)
+    monkeypatch.setattr(step, "FP8_ELEMENT_BYTES", 0.0)
+    monkeypatch.setattr(step, "FP4_ELEMENT_BYTES", 0.0)
+    out = step_outputs(*specs, Calibration())
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_cast_bytes_per_token_are_the_hand_worked_ones(monkeypatch, case, recompute):
+    model_name, gpu, precision, tp, sp, fwd_bytes, bwd_bytes = CASES[case]
+    specs = _specs(model_name, gpu, precision, tp, sp, recompute)
+    model = specs[0]
+    x = build_inputs(*specs, Calibration())
+    with_casts = step_outputs(*specs, Calibration())
+    without = _without_casts(monkeypatch, *specs)
+    tokens, n_micro = 2 * 2048.0, 32 / ((8 // tp) * 2)
     rate = x["hbm_bytes_per_s"] * x["hbm_efficiency"] * x["kernel_efficiency"]
-    per_mb = layers * 4.0 * tokens * (fwd + bwd) / rate
-    recompute_extra = (forward_passes - 1) * layers * 4.0 * tokens * fwd / rate  # full recompute re-casts
-    assert with_casts["compute_s"] - without["compute_s"] == pytest.approx(n_micro * per_mb, rel=1e-9)
-    assert with_casts["recompute_s"] - without["recompute_s"] == pytest.approx(n_micro * recompute_extra,
-                                                                             rel=1e-9, abs=1e-15)
+    per_layer_s = tokens / rate
+    assert with_casts["compute_s"] - without["compute_s"] == pytest.approx(
+        n_micro * model.n_layers * (fwd_bytes + bwd_bytes) * per_layer_s, rel=1e-9)
+    recast = fwd_bytes if recompute == "full" else 0.0  # full recompute re-runs the forward's casts
+    assert with_casts["recompute_s"] - without["recompute_s"] == pytest.approx(
+        n_micro * model.n_layers * recast * per_layer_s, rel=1e-9, abs=1e-15)
 
 
 def test_bf16_pays_no_cast_and_the_casts_weigh_less_on_wider_models(monkeypatch):
-    model, cluster, par, job = _specs("bf16", "none")
-    before = step_outputs(model, cluster, par, job, Calibration())["compute_s"]
-    monkeypatch.setattr(step, "FP8_CAST_BYTES", 0.0)
-    assert step_outputs(model, cluster, par, job, Calibration())["compute_s"] == before
-    monkeypatch.undo()
+    specs = _specs("gpt3-1.3b", "h100-sxm5-80gb", "bf16", 2, True)
+    assert step_outputs(*specs, Calibration())["compute_s"] == _without_casts(monkeypatch, *specs)["compute_s"]
 
     def cast_share(name: str) -> float:
-        m = perfmodel.load_model(name)
-        _, cl, p, j = _specs("fp8", "none")
-        full = step_outputs(m, cl, p, j, Calibration())["compute_s"]
-        monkeypatch.setattr(step, "FP8_CAST_BYTES", 0.0)
-        bare = step_outputs(m, cl, p, j, Calibration())["compute_s"]
-        monkeypatch.undo()
-        return (full - bare) / full
+        s = _specs(name, "h100-sxm5-80gb", "fp8", 2, True)
+        full = step_outputs(*s, Calibration())["compute_s"]
+        return (full - _without_casts(monkeypatch, *s)["compute_s"]) / full
 
-    # the cast moves O(h) bytes a token against O(h^2) GEMM FLOPs
+    # the casts move O(h) bytes a token against O(h^2) GEMM FLOPs
     assert cast_share("gpt3-1.3b") > cast_share("gpt3-13b") > 0.0
