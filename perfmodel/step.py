@@ -362,7 +362,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # to host memory after its forward and comes back before its backward, on a copy stream that
     # overlaps the forward / backward compute of the stage
     # Transformer Engine keeps the fp8 copies of the linear inputs in fp8/fp4 runs
-    quantized_inputs = (peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0)
+    # (the bytes an element saves: 2 - 1 for an fp8 copy, 2 - 0.5625 for an nvfp4 one)
+    quantized_inputs = np.where((peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0), ACT_BYTES - np.where(
+        peak > 2.5 * peak16, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES), 0.0)
     act_layer, act_working = layer_activation_bytes(
         s_loc, b, h, ffn, a, kv_held, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
         quantized_inputs=quantized_inputs, selective_alternate_mm=f64["selective_alternate_mm"],

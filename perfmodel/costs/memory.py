@@ -64,8 +64,9 @@ def layer_activation_bytes(
     attention), 0 under the other modes.
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
-    attention scores of non-flash attention; ``quantized_inputs`` (0/1): linear-layer inputs are
-    kept as their 1-byte fp8 copies; ``selective_alternate_mm`` (0/1): selective recompute is
+    attention scores of non-flash attention; ``quantized_inputs``: the bytes an element of a
+    linear-layer input saves when it is kept as its low-precision copy (0: the 16-bit one is kept; 1:
+    an fp8 copy; 2 - 0.5625: an nvfp4 one, half a byte and a scale per 16); ``selective_alternate_mm`` (0/1): selective recompute is
     torchtitan's op-level policy (``selective_alternate_mm_bytes``) instead of Korthikanti's.
     """
     s = np.asarray(seq_len, dtype=float)
@@ -88,9 +89,9 @@ def layer_activation_bytes(
     split = split - np.where(balanced, 2.0 * s * micro_batch * ffn_hidden_size, 0.0)
     # fp8 copies of the linear inputs: the projection input, and the QKV / first-MLP inputs (norm
     # outputs) and second-MLP input (activation output) unless balanced recompute already drops them
-    q = np.asarray(quantized_inputs, dtype=float) > 0
-    unsplit = unsplit - np.where(q & ~balanced, 2.0 * sbh / sp_div, 0.0)
-    split = split - np.where(q, sbh + np.where(balanced, 0.0, s * micro_batch * ffn_hidden_size), 0.0)
+    q = np.asarray(quantized_inputs, dtype=float)
+    unsplit = unsplit - np.where(~balanced, q * 2.0 * sbh / sp_div, 0.0)
+    split = split - q * (sbh + np.where(balanced, 0.0, s * micro_batch * ffn_hidden_size))
     full = unsplit + (split + scores) / tp
     alt = np.asarray(selective_alternate_mm, dtype=float) > 0
     if np.any(alt):  # (skipped when no stack in the batch uses it: keeps the search fast)

@@ -200,6 +200,22 @@ def test_fp8_linear_inputs_kept_quantized(shape):
     full = [float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_FULL, quantized_inputs=q,
                                              **kw)) for q in (0.0, 1.0)]
     assert full[0] == full[1] == pytest.approx(2.0 * s * b * h / t)
+    # an nvfp4 copy is half a byte and an e4m3 scale per 16 elements: 2 - 0.5625 bytes saved an element
+    nvfp4 = float(activation_bytes_per_layer(s, b, h, 4 * h, a, a, 2, t, 1, RECOMPUTE_SELECTIVE,
+                                             quantized_inputs=2.0 - 0.5625, **kw))
+    assert bf16 - nvfp4 == pytest.approx(1.4375 * (bf16 - fp8))
+
+
+def test_the_step_keeps_nvfp4_inputs_at_their_own_width():
+    """B200, same layer: the fp8 run keeps 1-byte linear inputs, the nvfp4 run 0.5625-byte ones."""
+    import perfmodel as pm
+
+    m, c = pm.load_model("llama3-8b"), pm.ClusterSpec.build(pm.load_gpu("b200"), 8, 8)
+    par = pm.ParallelSpec(tp=2, dp=4, micro_batch=1, sp=True, recompute="selective")
+    act = {p: pm.estimate(m, c, par, pm.JobSpec(global_batch=8, seq_len=8192, precision=p,
+                                                framework="megatron-lm")).memory_breakdown_gib["activations_gib"]
+           for p in ("bf16", "fp8", "nvfp4")}
+    assert act["bf16"] - act["nvfp4"] == pytest.approx(1.4375 * (act["bf16"] - act["fp8"]), rel=1e-9)
 
 
 def test_selective_recompute_counts_the_attention_it_rematerialises():
