@@ -19,9 +19,10 @@ intermediate tensors (2 bytes x 2 tensors x ffn for GELU, x 3 for SwiGLU). Flash
 Low-precision GEMM inputs: Transformer Engine's fp8 Linear keeps the quantized (1-byte) copy of
 its input for the weight-gradient GEMM instead of the 16-bit one (transformer_engine/pytorch/
 module/linear.py and layernorm_linear.py: ``saved_inputmat`` is the fp8 ``inputmat`` / its
-transpose unless the recipe overrides wgrad precision). With ``quantized_inputs`` the inputs of
-the four linear layers shrink by half: the QKV and first-MLP inputs (2 s b h of the unsplit part),
-the projection input (s b h) and the second-MLP input (s b ffn). For GPT, 34 -> 27 s b h.
+transpose unless the recipe overrides wgrad precision). With fp8 copies the inputs of the four
+linear layers shrink by half: the QKV and first-MLP inputs (2 s b h of the unsplit part), the
+projection input (s b h) and the second-MLP input (s b ffn). For GPT, 34 -> 27 s b h. An nvfp4 copy
+is 0.5625 bytes an element (half a byte and an e4m3 scale per 16 elements).
 
 Balanced recompute (Yuan et al., USENIX ATC'24, "compute-memory balanced checkpointing";
 Megatron-Kwai --kaimm-recompute-norm --kaimm-recompute-mlp-activation-func) re-runs the two
@@ -65,9 +66,10 @@ def layer_activation_bytes(
 
     ``seq_len`` is the local sequence (s / cp); ``seq_len_kv`` the key length (s) for the s x s
     attention scores of non-flash attention; ``quantized_inputs``: the bytes an element of a
-    linear-layer input saves when it is kept as its low-precision copy (0: the 16-bit one is kept; 1:
-    an fp8 copy; 2 - 0.5625: an nvfp4 one, half a byte and a scale per 16); ``selective_alternate_mm`` (0/1): selective recompute is
-    torchtitan's op-level policy (``selective_alternate_mm_bytes``) instead of Korthikanti's.
+    linear-layer input saves when it is kept as its low-precision copy (0: the 16-bit one is kept;
+    1: an fp8 copy; 2 - 0.5625: an nvfp4 one, half a byte and a scale per 16);
+    ``selective_alternate_mm`` (0/1): selective recompute is torchtitan's op-level policy
+    (``selective_alternate_mm_bytes``) instead of Korthikanti's.
     """
     s = np.asarray(seq_len, dtype=float)
     s_kv = s if seq_len_kv is None else seq_len_kv
