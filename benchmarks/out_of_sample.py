@@ -8,6 +8,10 @@ a model family the shared data set does not have). Their stack has no profile, s
 generic one, as any unknown or blank framework does; ``--as`` also scores them as if they had been run
 by a stack the model knows (e.g. torchtitan, the other FSDP stack). Prints the MAPE of tokens/s/GPU and
 the median predicted / measured ratio by GPU and precision and by sequence length.
+
+``--unknown-stacks`` also costs every source of the calibration runs but the HF playbook as if its stack
+were unknown (the generic profile), against its own stack's profile: how an unseen stack fares. (The
+generic kernel efficiency is the median over the calibrated stacks, each source's own among them.)
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
 from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "outofsample" / "llmfoundry_runs.csv"
+CALIBRATION_RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
 
 
 def score(runs: pd.DataFrame, framework: str | None = None) -> pd.DataFrame:
@@ -32,9 +37,25 @@ def score(runs: pd.DataFrame, framework: str | None = None) -> pd.DataFrame:
     return runs.assign(ratio=ratio)
 
 
+def unknown_stacks() -> pd.DataFrame:
+    """Per source (HF playbook aside): MAPE with its own stack's profile and as an unknown stack."""
+    from perfmodel.validate import run_sources
+
+    runs = read_runs_csv(CALIBRATION_RUNS)
+    source = run_sources(runs)
+    rows = []
+    for name in sorted(set(source) - {"hfpb"}):
+        part = runs[(source == name).to_numpy()].reset_index(drop=True)
+        own, unknown = (100.0 * np.abs(score(part, fw).ratio - 1.0).mean() for fw in (None, "unknown-stack"))
+        rows.append({"source": name, "own_stack_mape_pct": own, "as_unknown_mape_pct": unknown})
+    return pd.DataFrame(rows).set_index("source")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--as", dest="frameworks", action="append", default=[], metavar="FRAMEWORK")
+    ap.add_argument("--unknown-stacks", action="store_true",
+                    help="also cost the calibration sources as if their stacks were unknown")
     args = ap.parse_args()
     runs = read_runs_csv(RUNS)
     for fw in [None, *args.frameworks]:
@@ -48,6 +69,11 @@ def main() -> int:
                                      aggfunc="median").round(2).to_string())
             print(scored.pivot_table(index="seq_len", columns="gpu", values="ratio",
                                      aggfunc="median").round(2).to_string())
+    if args.unknown_stacks:
+        table = unknown_stacks()
+        print(table.round(1).to_string())
+        print(f"macro over {len(table)} sources: own stack {table.own_stack_mape_pct.mean():.1f}%, "
+              f"as an unknown stack {table.as_unknown_mape_pct.mean():.1f}%")
     return 0
 
 
