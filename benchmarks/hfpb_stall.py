@@ -39,14 +39,18 @@ STALL_S_PER_SLOT = 0.4
 HOP_FREE_STALL_S_PER_SLOT = 0.3
 
 
+def excess_s_per_slot(hf: pd.DataFrame, pred: pd.DataFrame) -> pd.Series:
+    """(measured - predicted step time) / micro-batch slots (gradient-accumulation steps + pp - 1)."""
+    slots = hf.global_batch / (hf.micro_batch * hf.dp) + hf.pp - 1.0
+    measured_s = hf.global_batch * hf.seq_len / (hf.tokens_per_s_per_gpu * hf.n_gpus)
+    return (measured_s - pred.pred_iteration_time_s) / slots
+
+
 def analyse(runs: pd.DataFrame) -> dict:
     hf = runs[runs.run_id.str.startswith("hfpb")].reset_index(drop=True)
     pred = predict_runs(hf)
     gpn = hf.gpus_per_node.fillna(8.0)
-    ga = hf.global_batch / (hf.micro_batch * hf.dp)
-    slots = ga + hf.pp - 1.0
-    measured_s = hf.global_batch * hf.seq_len / (hf.tokens_per_s_per_gpu * hf.n_gpus)
-    excess = (measured_s - pred.pred_iteration_time_s) / slots
+    excess = excess_s_per_slot(hf, pred)
     stall = excess > STALL_S_PER_SLOT
     nodes = hf.n_gpus / gpn
     intra_tp = hf.tp <= gpn
@@ -81,9 +85,7 @@ def hop_free(runs: pd.DataFrame) -> dict:
     pred = predict_runs(hf, cal.model_copy(update={"frameworks": frameworks}))
     gpn = hf.gpus_per_node.fillna(8.0)
     nodes = hf.n_gpus / gpn
-    slots = hf.global_batch / (hf.micro_batch * hf.dp) + hf.pp - 1.0
-    measured_s = hf.global_batch * hf.seq_len / (hf.tokens_per_s_per_gpu * hf.n_gpus)
-    excess = (measured_s - pred.pred_iteration_time_s) / slots
+    excess = excess_s_per_slot(hf, pred)
     stall = excess > HOP_FREE_STALL_S_PER_SLOT
     intra_tp = hf.tp <= gpn
     frame = pd.DataFrame({"pipeline": np.where(hf.pp > 1, "pp > 1", "pp = 1"), "nodes": nodes, "stall": stall})

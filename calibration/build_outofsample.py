@@ -43,11 +43,16 @@ SECTIONS = {
     "A100 80GB with 1600 Gbps node-node interconnect (RoCE)": ("a100-sxm4-80gb", 1600, "RoCE"),
     "A100 40GB with 1600 Gbps node-node interconnect (RoCE)": ("a100-sxm4-40gb", 1600, "RoCE"),
 }
-PEAK_FLOP_PER_S = {("h100-sxm5-80gb", "bf16"): 989e12, ("h100-sxm5-80gb", "fp8"): 1979e12,
-                   ("a100-sxm4-80gb", "bf16"): 312e12, ("a100-sxm4-40gb", "bf16"): 312e12}
 MFU_TOLERANCE_PCT = 0.05  # the README's MFU from its own T/s: the 201 rows agree within 0.03 points
-#: the runs schema's MFU is against the dense 16-bit peak; the README's fp8 rows use the fp8 one (2x)
-BF16_PEAK_FLOP_PER_S = {"h100-sxm5-80gb": 989e12, "a100-sxm4-80gb": 312e12, "a100-sxm4-40gb": 312e12}
+
+
+def peak_flop_per_s(gpu: str, precision: str) -> float:
+    """Dense peak of the GPU's profile (hardware_profiles/, datasheet numbers: the README's MFU uses the
+    same 312 / 989 / 1,979 TFLOP/s). The runs schema's MFU is against the 16-bit peak; the README's fp8
+    rows use the fp8 one."""
+    from perfmodel.catalog import load_gpu
+
+    return load_gpu(gpu).peak_dense_tflop_per_s[precision] * 1e12
 
 
 def read_rows(text: str) -> list[tuple[str, list[str]]]:
@@ -78,10 +83,10 @@ def convert(rows: list[tuple[str, list[str]]]) -> tuple[pd.DataFrame, list[str]]
             problems.append(f"{where}: NumParams {n_params} is not the MPT-{size} count")
         if gbs != mb * ga * n or gbs_tokens != gbs * seq or abs(tps_gpu * n - tps) > n:
             problems.append(f"{where}: batch or throughput cells disagree")
-        mfu_calc = (6.0 * n_params + 12.0 * L * h * seq) * tps / (n * PEAK_FLOP_PER_S[(gpu, precision)])
+        mfu_calc = (6.0 * n_params + 12.0 * L * h * seq) * tps / (n * peak_flop_per_s(gpu, precision))
         if abs(100.0 * mfu_calc - float(mfu)) > MFU_TOLERANCE_PCT:
             problems.append(f"{where}: MFU {mfu} but the README's formula gives {100 * mfu_calc:.2f}")
-        to_16bit = PEAK_FLOP_PER_S[(gpu, precision)] / BF16_PEAK_FLOP_PER_S[gpu]
+        to_16bit = peak_flop_per_s(gpu, precision) / peak_flop_per_s(gpu, "bf16")
         if shard != "FULL_SHARD" or offload != "False":
             problems.append(f"{where}: sharding {shard} / CPU offload {offload} is not FSDP FULL_SHARD on the GPU")
         out.append({

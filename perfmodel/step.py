@@ -146,8 +146,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     # low-precision GEMMs reach a smaller fraction of their (doubled) peak: MAMF fp8/bf16 ratio
     # (4-bit peaks are ~4x the 16-bit ones, 8-bit ~2x)
-    lowp_ratio = np.where(peak > 2.5 * peak16, f64["fp4_matmul_efficiency_ratio"],
-                          np.where(peak > peak16, f64["fp8_matmul_efficiency_ratio"], 1.0))
+    lowp, fp4 = peak > peak16, peak > 2.5 * peak16
+    lowp_ratio = np.where(fp4, f64["fp4_matmul_efficiency_ratio"],
+                          np.where(lowp, f64["fp8_matmul_efficiency_ratio"], 1.0))
+    # bytes an element of a low-precision operand copy takes
+    lowp_element_bytes = np.where(fp4, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES)
     gemm_eff = eff_max * f64["matmul_training_efficiency"] * lowp_ratio
 
     def gemm(m_, n_, k_):
@@ -243,10 +246,9 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the local shard is cast (read 2, write 1), gathered, and the gathered tensor transposed in the
     # backward (read and write 1) (TE Linear / grad_output_preprocess: cast_to_fp8, gather, fp8_transpose;
     # transformer_engine/common/transpose/cast_transpose). nvfp4 writes half a byte and a scale per 16.
-    lowp = peak > peak16
     cast_f = cast_b = 0.0
     if np.any(lowp):  # (skipped for an all-16-bit batch: keeps the search fast)
-        w = np.where(peak > 2.5 * peak16, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES)
+        w = lowp_element_bytes
         cast_transpose, cast_only, transpose = CAST_READ_BYTES + 2.0 * w, CAST_READ_BYTES + w, 2.0 * w
         sp_on = sp > 0
         # bytes a token of one gathered operand costs: forward (cast) and backward (transpose), or all at once
@@ -363,8 +365,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # overlaps the forward / backward compute of the stage
     # Transformer Engine keeps the fp8 copies of the linear inputs in fp8/fp4 runs
     # (the bytes an element saves: 2 - 1 for an fp8 copy, 2 - 0.5625 for an nvfp4 one)
-    quantized_inputs = np.where((peak > peak16) & (f64["fp8_saves_quantized_inputs"] > 0), ACT_BYTES - np.where(
-        peak > 2.5 * peak16, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES), 0.0)
+    quantized_inputs = np.where(lowp & (f64["fp8_saves_quantized_inputs"] > 0), ACT_BYTES - lowp_element_bytes, 0.0)
     act_layer, act_working = layer_activation_bytes(
         s_loc, b, h, ffn, a, kv_held, mm, tp, sp, rc, flash, f64["dropout"], seq_len_kv=s,
         quantized_inputs=quantized_inputs, selective_alternate_mm=f64["selective_alternate_mm"],
