@@ -27,7 +27,7 @@ from perfmodel.rules import first_broken
 from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.job import Precision
 from perfmodel.specs.parallel import RECOMPUTE_CODES, zeropp_text
-from perfmodel.step import MEMORY_PARTS, TIME_PARTS, step_costs
+from perfmodel.step import MEMORY_PARTS, OP_NETWORK_INPUTS, TIME_PARTS, step_costs
 from perfmodel.units import GIB_BYTES, US_S, gb_per_s_to_bytes_per_s, gbit_per_s_to_bytes_per_s
 from perfmodel.zeropp import FP16_BYTES
 
@@ -142,13 +142,6 @@ def cluster_arrays(
     }
 
 
-#: the step inputs a fabric's calibration may hold a value of one collective's own for
-#: (``networks.<fabric>: {<op>.<key>: ...}``, what ``perfmodel calibrate --nccl-tests`` fits per op)
-OP_NETWORK_INPUTS = (
-    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s", "inter_latency_s", "congestion_nodes",
-    "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s",
-    "ll_bandwidth_ratio",
-)
 
 
 def op_network_arrays(cal: Calibration, catalog_gpu: AcceleratorSpec, cluster: ClusterSpec, precision: str,

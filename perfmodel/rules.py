@@ -385,5 +385,7 @@ def reason_codes(rules, x: Arrays, shape) -> np.ndarray:
     """Per element, the code of the first rule of ``rules`` it breaks (0 where none)."""
     reason = np.zeros(shape, dtype=np.int8)
     for r in reversed(rules):
-        reason = np.where(np.broadcast_to(r.broken(x), shape), np.int8(r.code), reason)
+        broken = r.broken(x)
+        if np.any(broken):  # (a rule nothing breaks leaves the codes as they are: keeps the search fast)
+            reason = np.where(np.broadcast_to(broken, shape), np.int8(r.code), reason)
     return reason

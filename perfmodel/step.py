@@ -39,7 +39,7 @@ from perfmodel.costs.memory import (
     model_state_bytes,
 )
 from perfmodel.units import GIB_BYTES
-from perfmodel.zeropp import hpz_secondary_bytes, layer_weight_numels, zero3_microbatch
+from perfmodel.zeropp import ZERO3_PARTS, hpz_secondary_bytes, layer_weight_numels, zero3_microbatch
 
 #: inputs of ``step_costs``; all numeric arrays (booleans as 0/1)
 STEP_INPUTS = (
@@ -105,6 +105,14 @@ class _Subset:
         return out.reshape(self.shape)
 
 
+#: the step inputs a fabric's calibration may hold a value of one collective's own for
+#: (``networks.<fabric>: {<op>.<key>: ...}``, what ``perfmodel calibrate --nccl-tests`` fits per op;
+#: ``"<op>.<input>"`` keys of the inputs)
+OP_NETWORK_INPUTS = ("nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s", "inter_latency_s",
+                 "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
+                 "ring_step_latency_s", "ll_latency_s", "ll_bandwidth_ratio")
+
+
 def op_input_keys(inputs: Mapping) -> list[str]:
     """The optional ``"<op>.<input>"`` keys among ``inputs``: a fabric's values of one collective's own
     (``estimate.op_network_arrays``), which ``step_costs`` uses for that collective where given."""
@@ -157,6 +165,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke
 
     placements: dict = {}  # one placement per process group (its arrays kept alive, so ids stay unique)
+    fabrics: dict = {}  # one set of fabric values per (collective, net) (net kept alive: its id stays unique)
     # power-of-two parallel sizes and NVLink domains: every group's block lines up with the domains
     # (hpz is 0 when off: a size of 1 there)
     # (frexp's mantissa is exactly 0.5 for a power of two)
@@ -168,16 +177,17 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         key = (id(n), id(stride), id(net))
         if key not in placements:
             placements[key] = (n, stride, group_layout(n, stride, net["nvlink_domain_gpus"], net["job_gpus"], lined_up))
-        def v(name):  # the fabric's value for this collective, where its calibration has one of its own
-            return op_value(net, f"{op}.{name}")
-
+        fkey = (op, id(net))
+        if fkey not in fabrics:  # the fabric's values for this collective, where its calibration has its own
+            fabrics[fkey] = (net, {name: op_value(net, f"{op}.{name}") for name in OP_NETWORK_INPUTS})
+        v = fabrics[fkey][1]
         return collective_time_s(
-            op, size, n, stride, net["nvlink_domain_gpus"], v("nvlink_bytes_per_s"),
-            v("nic_bytes_per_s_per_gpu") * nic_scale, v("intra_latency_s"), v("inter_latency_s"),
-            congestion_nodes=v("congestion_nodes"), congestion_max_nodes=v("congestion_max_nodes"),
-            ring_inter_node=v("ring_inter_node") > 0,
-            latency_log2_coeff=v("latency_log2_coeff"), ring_step_latency_s=v("ring_step_latency_s"),
-            ll_latency_s=v("ll_latency_s"), ll_bandwidth_ratio=v("ll_bandwidth_ratio"), job_gpus=net["job_gpus"],
+            op, size, n, stride, net["nvlink_domain_gpus"], v["nvlink_bytes_per_s"],
+            v["nic_bytes_per_s_per_gpu"] * nic_scale, v["intra_latency_s"], v["inter_latency_s"],
+            congestion_nodes=v["congestion_nodes"], congestion_max_nodes=v["congestion_max_nodes"],
+            ring_inter_node=v["ring_inter_node"] > 0,
+            latency_log2_coeff=v["latency_log2_coeff"], ring_step_latency_s=v["ring_step_latency_s"],
+            ll_latency_s=v["ll_latency_s"], ll_bandwidth_ratio=v["ll_bandwidth_ratio"], job_gpus=net["job_gpus"],
             placement=placements[key][2],
         )
 
@@ -305,8 +315,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         2.0 * ACT_BYTES * tokens * h, hbm, f64["hbm_efficiency"]), 0.0)
 
     # ---- context parallel: ring exchange of K,V blocks, overlapped with attention -----------
+    # (each kind is costed only where some element of the batch runs it: keeps the search fast)
+    ulysses_on = f64["cp_ulysses"] > 0
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
-    cp_step = coll("send_recv", kv_block, cp, tp)
+    cp_step = coll("send_recv", kv_block, cp, tp) if not np.all(ulysses_on) else 0.0
     cp_f = (cp - 1.0) * cp_step
     ring_layer_s = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
@@ -315,14 +327,15 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # the context layer), so four latencies a direction
     q_bytes = ACT_BYTES * tokens * h / tp
     kv_bytes = ACT_BYTES * tokens * kv_w / tp
-    ulysses_layer_s = 2.0 * (2.0 * coll("all_to_all", q_bytes, cp, tp) + 2.0 * coll("all_to_all", kv_bytes, cp, tp))
-    cp_layer_s = np.where(f64["cp_ulysses"] > 0, ulysses_layer_s, ring_layer_s)
+    ulysses_layer_s = 2.0 * (2.0 * coll("all_to_all", q_bytes, cp, tp) + 2.0 * coll("all_to_all", kv_bytes, cp, tp)) \
+        if np.any(ulysses_on) else 0.0
+    cp_layer_s = np.where(ulysses_on, ulysses_layer_s, ring_layer_s)
     # a recompute that re-runs the attention re-runs its exchange too (full recompute, and Megatron's
     # selective one, which checkpoints the core attention where Transformer Engine runs the CP
     # exchange; torchtitan's op-level policy keeps the attention output): the ring's exposed forward
     # part, or Ulysses' forward all-to-alls
     reruns_attention = (rc == RECOMPUTE_FULL) | ((rc == RECOMPUTE_SELECTIVE) & np.logical_not(alt_mm))
-    cp_rerun_s = np.where(f64["cp_ulysses"] > 0, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
+    cp_rerun_s = np.where(ulysses_on, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
     cp_layer_s = cp_layer_s + np.where(reruns_attention, cp_rerun_s, 0.0)
     # the CP exchange each phase waits on (the forward's is what a re-run repeats; the backward's is the
     # rest, the re-run's included): a phase lasts its compute plus this, and every other collective that
@@ -420,9 +433,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # mesh). With the rank order tp-cp-dp that group is contiguous at stride tp.
     dpc = dp * cp
     dp_stride = tp
-    ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride)
-    rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride)
-    ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride)
+    # the all-reduce (no ZeRO; ZeRO-1 as an all-reduce), the reduce-scatter (ZeRO-1, ZeRO-2) and the parameter
+    # all-gather (ZeRO-1, ZeRO-2), each costed only where some element of the batch runs it (ZeRO-3 has its own)
+    all_reduces = (zero <= 0) | ((zero == 1) & (f64["zero1_all_reduce_grads"] > 0))
+    sharded = (zero == 1) | (zero == 2)
+    ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride) if np.any(all_reduces) else 0.0
+    rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride) if np.any(sharded & ~all_reduces) else 0.0
+    ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride) if np.any(sharded) else 0.0
     last_bwd = bwd_phase_s
     first_fwd = fwd_phase_s
     # a pipeline engine that reduces after the last backward hides nothing (DeepSpeed's ReduceGrads)
@@ -449,37 +466,42 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
     z3_rows = _Subset((zero >= 3) & (dpc > 1), batch, tp, L)
-    sub = z3_rows.take
-    net_sub = {k: sub(f64[k]) for k in (
-        "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
-        "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
-        "ring_step_latency_s",
-        "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
-    net_sub.update({k: sub(f64[k]) for k in op_input_keys(f64)})
+    if z3_rows.idx.size:  # (skipped for a batch without ZeRO-3: keeps the search fast)
+        sub = z3_rows.take
+        net_sub = {k: sub(f64[k]) for k in (
+            "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
+            "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
+            "ring_step_latency_s",
+            "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
+        net_sub.update({k: sub(f64[k]) for k in op_input_keys(f64)})
 
-    def coll_sub(op, size, n, stride):
-        return coll(op, size, n, stride, net=net_sub)
+        def coll_sub(op, size, n, stride):
+            return coll(op, size, n, stride, net=net_sub)
 
-    z3_sub = zero3_microbatch(
-        coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
-        tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv_held, mm, tp)], layers=sub(layers),
-        embed_numel=sub(embed / tp), dp=sub(dpc), dp_stride=sub(dp_stride), dp_per_node=sub(dp_per_node),
-        hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz), grad_bytes=sub(grad_bytes),
-        step_latency_s=sub(f64["zero3_step_latency_s"]),
-    )
-    z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
-    # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
-    psi = f64["zero3_overlap"]
-    fwd_compute, bwd_compute = fwd_phase_s, bwd_phase_s + recompute_mb
-    z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
-    z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
-    z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
-    exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
+        z3_sub = zero3_microbatch(
+            coll_sub, lambda n_bytes: elementwise_time_s(n_bytes, sub(hbm), sub(f64["hbm_efficiency"])),
+            tensors=[(sub(e_), sub(c_)) for e_, c_ in layer_weight_numels(h, ffn, a, kv_held, mm, tp)],
+            layers=sub(layers), embed_numel=sub(embed / tp), dp=sub(dpc), dp_stride=sub(dp_stride),
+            dp_per_node=sub(dp_per_node), hpz_group=sub(hpz_group), qwz=sub(qwz), hpz=sub(hpz), qgz=sub(qgz),
+            grad_bytes=sub(grad_bytes), step_latency_s=sub(f64["zero3_step_latency_s"]),
+        )
+        z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
+    else:
+        z3 = dict.fromkeys(ZERO3_PARTS, np.zeros(z3_rows.shape))
     # parameters kept gathered for the step (torchtitan FSDP2 with PP): the first forward's gather and
     # the last backward's reduce-scatter, each behind one micro-batch's compute
     keep = (f64["zero3_keep_params_with_pp"] > 0) & (pp > 1)
-    exposed_keep3 = z3_fwd_first + np.maximum(z3["red_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
-    exposed_red3 = np.where(keep, exposed_keep3, exposed_red3)
+    exposed_red3 = 0.0
+    if z3_rows.idx.size:
+        # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
+        psi = f64["zero3_overlap"]
+        fwd_compute, bwd_compute = fwd_phase_s, bwd_phase_s + recompute_mb
+        z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
+        z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
+        z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
+        exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
+        exposed_keep3 = z3_fwd_first + np.maximum(z3["red_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
+        exposed_red3 = np.where(keep, exposed_keep3, exposed_red3)
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
     ) * (dpc > 1)

@@ -53,6 +53,11 @@ def qgz_active(numel, dp, multi_node, qgz):
     return (qgz > 0) & multi_node & divisible
 
 
+#: the parts ``zero3_microbatch`` returns
+ZERO3_PARTS = ("fwd_global_s", "fwd_secondary_s", "bwd_s", "red_s", "fwd_kernel_s", "bwd_kernel_s",
+               "qgz_fallback_numel")
+
+
 def zero3_microbatch(
     coll: Callable,
     hbm_time: Callable,

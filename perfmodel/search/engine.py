@@ -129,17 +129,28 @@ def evaluate(
     """``step_costs`` over the configurations, chunked; returns the ``keep`` columns."""
     n = configs["tp"].size
     out = {k: np.empty(n, dtype=bool if k == "fits" else float) for k in keep}
+    # the configurations sorted by ZeRO stage and CP kind: step_costs costs a data-parallel collective, the
+    # ZeRO-3 gathers or a CP exchange only in a batch that runs it, so a chunk of one kind skips the others'
+    order = kind_order(configs)
+    by_kind = {k: configs[k].take(order).astype(float) for k in PARALLEL_KEYS + tuple(k for k in ZEROPP_KEYS
+                                                                                      if k in configs)}
+    sorted_out = {k: np.empty(n, dtype=out[k].dtype) for k in keep}
     for start in range(0, n, CHUNK):
         stop = min(start + CHUNK, n)
-        x = dict(template)
-        for k in PARALLEL_KEYS + tuple(k for k in ZEROPP_KEYS if k in configs):
-            x[k] = configs[k][start:stop].astype(float)
-        res = step_costs(x)
+        res = step_costs({**template, **{k: v[start:stop] for k, v in by_kind.items()}})
         for k in keep:
-            out[k][start:stop] = res[k]
+            sorted_out[k][start:stop] = res[k]
         if progress is not None:
             progress(stop - start)
+    for k in keep:  # back to the configurations' order
+        out[k][order] = sorted_out[k]
     return out
+
+
+def kind_order(configs: dict[str, np.ndarray]) -> np.ndarray:
+    """The configurations' indices sorted (stably) by ZeRO stage, then CP kind."""
+    kind = (configs["zero_stage"] * 2 + configs["cp_ulysses"]).astype(np.int8)  # small ints: a radix sort
+    return np.argsort(kind, kind="stable")
 
 
 class _Progress:
@@ -284,9 +295,7 @@ def run_search(
 
     m = {k: col(k) for k in METRICS}
     scores = _score(m, gcount.astype(float), job, objective, train_tokens, usd_per_gpu_hour)
-    # best score first; ties: less memory, then fewer GPUs
-    order = np.lexsort((gcount, m["memory_gib"], scores["score"]))
-    keep = order if top is None else order[:top]
+    keep = best_first(scores["score"], m["memory_gib"], gcount, top)
 
     def cfg(k):
         return np.concatenate([evaluated[i].configs[k][r] for i, r in parts])[keep] if parts else np.empty(0)
@@ -311,6 +320,19 @@ def run_search(
     df.attrs.update(n_evaluated=n_evaluated, n_feasible=n_feasible, search_time_s=elapsed)
     return SearchResult(df, n_evaluated, n_feasible, elapsed, objective, rejected, evaluated, pareto,
                         which[keep], rows[keep])
+
+
+def best_first(score: np.ndarray, memory_gib: np.ndarray, n_gpus: np.ndarray, top: int | None) -> np.ndarray:
+    """Indices by best (least) score first; ties: less memory, then fewer GPUs. With ``top``, only the first
+    ``top``: the lexicographic sort runs on the candidates scoring at most the top-th best score (ties
+    included), found by a linear-time partition."""
+    if top is not None and 0 < top < score.size:
+        cut = np.partition(score, top - 1)[top - 1]
+        near = np.flatnonzero(score <= cut)
+        if near.size >= top:  # (fewer only where scores are NaN: the full sort below)
+            return near[np.lexsort((n_gpus[near], memory_gib[near], score[near]))][:top]
+    order = np.lexsort((n_gpus, memory_gib, score))
+    return order if top is None else order[:top]
 
 
 def _cluster_with(cluster: ClusterSpec, n_gpus: int) -> ClusterSpec:

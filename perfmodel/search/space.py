@@ -96,9 +96,10 @@ def _expand(base: dict[str, np.ndarray], axes: dict[str, np.ndarray]) -> dict[st
 
 
 def _count(rejected: dict[str, int], reason: np.ndarray, weight: int) -> None:
-    codes, counts = np.unique(reason[reason != OK], return_counts=True)
-    for c, k in zip(codes, counts):
-        rejected[REASONS[int(c)]] = rejected.get(REASONS[int(c)], 0) + int(k) * weight
+    counts = np.bincount(reason.ravel().astype(np.intp), minlength=OK + 1)  # codes are small non-negative ints
+    for c in np.flatnonzero(counts):
+        if c != OK:
+            rejected[REASONS[int(c)]] = rejected.get(REASONS[int(c)], 0) + int(counts[c]) * weight
 
 
 def _keep(x: dict[str, np.ndarray], ok: np.ndarray) -> dict[str, np.ndarray]:
@@ -150,22 +151,30 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     _count(rejected, reason4, N_RECOMPUTE * 2 * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason4 == OK)
 
-    # ---- step 4: recompute, CP variant, activation offloading (Yuan et al. ATC'24) -------------
-    x = _expand(x, {"recompute": np.arange(N_RECOMPUTE, dtype=np.int32), "cp_ulysses": np.array([0, 1], dtype=np.int32)})
-    reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED,
-                            rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK, rules.ULYSSES_SP, rules.ULYSSES_PP),
+    # ---- step 4: CP variant, recompute, activation offloading (Yuan et al. ATC'24) -------------
+    x = _expand(x, {"cp_ulysses": np.array([0, 1], dtype=np.int32)})
+    reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.TE_CP_HEAD_DIM,
+                            rules.RING_CP_STACK, rules.ULYSSES_SP, rules.ULYSSES_PP),
                            {**job_x, **x}, x["tp"].shape)
-    _count(rejected, reason5, OFFLOAD_FRACTIONS.size)
+    _count(rejected, reason5, N_RECOMPUTE * OFFLOAD_FRACTIONS.size)
     x = _keep(x, reason5 == OK)
+    # the recompute rule reads the mode and the stack only: checked once per mode, before the expansion
+    modes = np.arange(N_RECOMPUTE, dtype=np.int32)
+    reason5 = reason_codes((rules.BALANCED,), {**job_x, "recompute": modes}, modes.shape)
+    _count(rejected, reason5, x["tp"].size * OFFLOAD_FRACTIONS.size)
+    x = _expand(x, {"recompute": modes[reason5 == OK]})
     # offload shares > 0 only where offloading is possible: the rest keep share 0 and count their
     # other shares as rejected, without materializing them
     reason6 = reason_codes((rules.OFFLOAD_PP, rules.OFFLOAD_STACK), {**job_x, **x, "offload_fraction": 1.0},
                            x["tp"].shape)
     _count(rejected, reason6, OFFLOAD_FRACTIONS.size - 1)
     can = reason6 == OK
-    no_offload = {**_keep(x, ~can), "offload_fraction": np.zeros(int((~can).sum()))}
-    with_offload = _expand(_keep(x, can), {"offload_fraction": OFFLOAD_FRACTIONS})
-    configs = {k: np.concatenate([no_offload[k], with_offload[k]]) for k in with_offload}
+    if can.any():
+        no_offload = {**_keep(x, ~can), "offload_fraction": np.zeros(int((~can).sum()))}
+        with_offload = _expand(_keep(x, can), {"offload_fraction": OFFLOAD_FRACTIONS})
+        configs = {k: np.concatenate([no_offload[k], with_offload[k]]) for k in with_offload}
+    else:  # no offloading anywhere (a stack without it): every configuration keeps share 0
+        configs = {**x, "offload_fraction": np.zeros(x["tp"].size)}
     return Space(n_gpus=cluster.n_gpus, configs={k: configs[k] for k in PARALLEL_KEYS}, rejected=rejected)
 
 

@@ -6,13 +6,15 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import perfmodel as pm
 from perfmodel.cli import app
 from perfmodel.estimate import check_config
 from perfmodel.search import enumerate_space, run_search, structural_violations
-from perfmodel.search.engine import pareto_front
+from perfmodel.search.engine import best_first, evaluate, pareto_front, template_inputs
 
 runner = CliRunner()
 
@@ -120,6 +122,43 @@ def test_best_first(searched):
     assert np.all(np.diff(t) <= 0)
     fits = res.evaluated[0].metrics["fits"]
     assert t[0] == pytest.approx(res.evaluated[0].metrics["tokens_per_s_per_gpu"][fits].max())
+
+
+def test_chunked_evaluation_equals_one_batch(monkeypatch):
+    """The search sorts its configurations by ZeRO stage and CP kind and costs them in chunks, each
+    skipping the collectives no row of it runs: the same numbers as one step_costs call over the whole
+    space in its own order, on a space holding every ZeRO stage, ZeRO++ and both CP kinds."""
+    import importlib
+
+    from perfmodel.search.space import PARALLEL_KEYS, ZEROPP_KEYS, expand_zeropp
+    from perfmodel.step import step_costs
+
+    engine = importlib.import_module("perfmodel.search.engine")
+
+    model, cluster, job = setup("gpt3-13b", "v100-sxm3-32gb", 128, 16, 512, 4096, "deepspeed")
+    space = expand_zeropp(enumerate_space(model, cluster, job), cluster, job.framework)
+    c = space.configs
+    assert {0, 1, 2, 3} <= set(np.unique(c["zero_stage"])) and set(np.unique(c["cp_ulysses"])) == {0, 1}
+    monkeypatch.setattr(engine, "CHUNK", 64)  # many chunks, most of one kind, some mixed
+    assert space.size > 10 * engine.CHUNK
+    template = template_inputs(model, cluster, job.for_gpu(cluster.gpu), None)
+    keep = ("iteration_time_s", "memory_gib", "fits", "dp_comm_s", "cp_comm_s")
+    got = evaluate(template, c, keep=keep)
+    want = step_costs({**template, **{k: c[k].astype(float) for k in PARALLEL_KEYS + ZEROPP_KEYS}})
+    for k in keep:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.sampled_from([64, 128])), min_size=1,
+                max_size=60), st.integers(1, 70))
+@settings(max_examples=200, deadline=None)
+def test_best_first_top_equals_full_sort(rows, top):
+    """The top-k selection (a partition, then a sort of the candidates up to the k-th score) gives the first
+    k of the full lexicographic sort, ties on score broken by memory then GPUs."""
+    score, mem, gpus = (np.array(col, dtype=float) for col in zip(*rows))
+    full = np.lexsort((gpus, mem, score))
+    np.testing.assert_array_equal(best_first(score, mem, gpus, top), full[:top])
+    np.testing.assert_array_equal(best_first(score, mem, gpus, None), full)
 
 
 def test_rejected_configs_have_reasons():
