@@ -575,4 +575,5 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out["params_per_gpu"] = params_gpu
     out["hpz_secondary_gib"] = hpz_secondary / GIB_BYTES  # part of weights_gib
     out["qgz_fallback_numel"] = z3["qgz_fallback_numel"]
-    return out
+    # every output has the batch's shape, also where a term that an input varies in was skipped for the batch
+    return {k: v if np.shape(v) == batch.shape else np.broadcast_to(v, batch.shape).copy() for k, v in out.items()}

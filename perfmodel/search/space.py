@@ -97,7 +97,7 @@ def _expand(base: dict[str, np.ndarray], axes: dict[str, np.ndarray]) -> dict[st
 
 def _count(rejected: dict[str, int], reason: np.ndarray, weight: int) -> None:
     counts = np.bincount(reason.ravel().astype(np.intp), minlength=OK + 1)  # codes are small non-negative ints
-    for c in np.flatnonzero(counts):
+    for c in np.flatnonzero(counts * weight):
         if c != OK:
             rejected[REASONS[int(c)]] = rejected.get(REASONS[int(c)], 0) + int(counts[c]) * weight
 
@@ -152,17 +152,22 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     x = _keep(x, reason4 == OK)
 
     # ---- step 4: CP variant, recompute, activation offloading (Yuan et al. ATC'24) -------------
+    # A configuration is counted under the first rule it breaks in the order CP_RING_SEQ, ULYSSES_HEADS,
+    # ULYSSES_STACK, BALANCED, then the other CP rules (CAPABILITY_RULES' order). The recompute rule reads
+    # the mode and the stack only, so it is checked once per mode and the CP rules once per CP kind: a
+    # (layout, CP kind) row stands for its N_RECOMPUTE modes, without expanding them before the filter.
     x = _expand(x, {"cp_ulysses": np.array([0, 1], dtype=np.int32)})
-    reason5 = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.TE_CP_HEAD_DIM,
-                            rules.RING_CP_STACK, rules.ULYSSES_SP, rules.ULYSSES_PP),
-                           {**job_x, **x}, x["tp"].shape)
-    _count(rejected, reason5, N_RECOMPUTE * OFFLOAD_FRACTIONS.size)
-    x = _keep(x, reason5 == OK)
-    # the recompute rule reads the mode and the stack only: checked once per mode, before the expansion
+    per_row = {**job_x, **x}
+    before = reason_codes((rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK), per_row, x["tp"].shape)
+    after = reason_codes((rules.TE_CP_HEAD_DIM, rules.RING_CP_STACK, rules.ULYSSES_SP, rules.ULYSSES_PP), per_row,
+                         x["tp"].shape)
     modes = np.arange(N_RECOMPUTE, dtype=np.int32)
-    reason5 = reason_codes((rules.BALANCED,), {**job_x, "recompute": modes}, modes.shape)
-    _count(rejected, reason5, x["tp"].size * OFFLOAD_FRACTIONS.size)
-    x = _expand(x, {"recompute": modes[reason5 == OK]})
+    balanced = reason_codes((rules.BALANCED,), {**job_x, "recompute": modes}, modes.shape) != OK
+    _count(rejected, before, N_RECOMPUTE * OFFLOAD_FRACTIONS.size)
+    _count(rejected, np.where(before == OK, np.int8(rules.BALANCED.code), np.int8(OK)),
+           int(balanced.sum()) * OFFLOAD_FRACTIONS.size)
+    _count(rejected, np.where(before == OK, after, np.int8(OK)), int((~balanced).sum()) * OFFLOAD_FRACTIONS.size)
+    x = _expand(_keep(x, (before == OK) & (after == OK)), {"recompute": modes[~balanced]})
     # offload shares > 0 only where offloading is possible: the rest keep share 0 and count their
     # other shares as rejected, without materializing them
     reason6 = reason_codes((rules.OFFLOAD_PP, rules.OFFLOAD_STACK), {**job_x, **x, "offload_fraction": 1.0},

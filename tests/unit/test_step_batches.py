@@ -56,3 +56,19 @@ def test_every_configuration_pays_its_own_data_parallel_traffic(i):
     if row["cp"] > 1:
         assert alone["cp_comm_s"][0] > 0.0, name
     assert np.isfinite(alone["iteration_time_s"][0])
+
+
+def test_outputs_keep_the_batch_shape_where_a_skipped_term_varies():
+    """An input that only a skipped term reads (ZeRO-3's overlap in a batch without ZeRO-3, an op-specific
+    fabric value of a collective no row runs) still sets the outputs' shape: the broadcast of every input."""
+    name, row = next((n, r) for n, r in ROWS if r["zero_stage"] == 0 and r["cp"] == 1)
+    x = {k: np.asarray(v, dtype=float) for k, v in stack_inputs([row]).items()}
+    x = {k: v.reshape(()) for k, v in x.items()}  # one configuration as scalars
+    x["zero3_overlap"] = np.array([0.1, 0.5, 0.9])
+    x["all_to_all.nic_bytes_per_s_per_gpu"] = np.full((2, 1), 1e9)
+    out = step_costs(x)
+    alone = step_costs({k: v for k, v in x.items() if k != "all_to_all.nic_bytes_per_s_per_gpu"} | {
+        "zero3_overlap": np.asarray(0.1)})
+    for k in COLUMNS:
+        assert np.shape(out[k]) == (2, 3), (name, k)
+        assert np.all(out[k] == alone[k]), (name, k)
