@@ -142,8 +142,6 @@ def cluster_arrays(
     }
 
 
-
-
 def op_network_arrays(cal: Calibration, catalog_gpu: AcceleratorSpec, cluster: ClusterSpec, precision: str,
                       base: dict[str, float], stated_latency_us: float | None = None) -> dict[str, float]:
     """``"<op>.<input>"`` for every collective (``NETWORK_OP_SPECIFIC``) whose fabric values differ from the

@@ -108,9 +108,11 @@ class _Subset:
 #: the step inputs a fabric's calibration may hold a value of one collective's own for
 #: (``networks.<fabric>: {<op>.<key>: ...}``, what ``perfmodel calibrate --nccl-tests`` fits per op;
 #: ``"<op>.<input>"`` keys of the inputs)
-OP_NETWORK_INPUTS = ("nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s", "inter_latency_s",
-                 "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
-                 "ring_step_latency_s", "ll_latency_s", "ll_bandwidth_ratio")
+OP_NETWORK_INPUTS = (
+    "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s", "inter_latency_s", "congestion_nodes",
+    "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff", "ring_step_latency_s", "ll_latency_s",
+    "ll_bandwidth_ratio",
+)
 
 
 def op_input_keys(inputs: Mapping) -> list[str]:
@@ -141,7 +143,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     f64["job_gpus"] = f64["tp"] * f64["pp"] * f64["dp"] * f64["cp"]  # where a group may straddle NVLink domains
     # the batch's shape over every input (a network value may vary where the layout does not): a
     # zero-stride view that the subsets below broadcast their masks to
-    batch = np.broadcast_to(0.0, np.broadcast_shapes(*(arr.shape for arr in f64.values())))
+    batch = np.broadcast_to(0.0, np.broadcast_shapes(*{arr.shape for arr in f64.values()}))
     L, h, ffn = f64["n_layers"], f64["hidden_size"], f64["ffn_hidden_size"]
     a, kv, V, mm = f64["n_heads"], f64["n_kv_heads"], f64["vocab_size"], f64["mlp_matrices"]
     s, B = f64["seq_len"], f64["global_batch"]
@@ -466,13 +468,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
     z3_rows = _Subset((zero >= 3) & (dpc > 1), batch, tp, L)
+    # parameters kept gathered for the step (torchtitan FSDP2 with PP): the first forward's gather and
+    # the last backward's reduce-scatter, each behind one micro-batch's compute
+    keep = (f64["zero3_keep_params_with_pp"] > 0) & (pp > 1)
     if z3_rows.idx.size:  # (skipped for a batch without ZeRO-3: keeps the search fast)
         sub = z3_rows.take
-        net_sub = {k: sub(f64[k]) for k in (
-            "nvlink_domain_gpus", "nvlink_bytes_per_s", "nic_bytes_per_s_per_gpu", "intra_latency_s",
-            "inter_latency_s", "congestion_nodes", "congestion_max_nodes", "ring_inter_node", "latency_log2_coeff",
-            "ring_step_latency_s",
-            "ll_latency_s", "ll_bandwidth_ratio", "job_gpus")}
+        net_sub = {k: sub(f64[k]) for k in ("nvlink_domain_gpus", "job_gpus", *OP_NETWORK_INPUTS)}
         net_sub.update({k: sub(f64[k]) for k in op_input_keys(f64)})
 
         def coll_sub(op, size, n, stride):
@@ -486,13 +487,6 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             grad_bytes=sub(grad_bytes), step_latency_s=sub(f64["zero3_step_latency_s"]),
         )
         z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
-    else:
-        z3 = dict.fromkeys(ZERO3_PARTS, np.zeros(z3_rows.shape))
-    # parameters kept gathered for the step (torchtitan FSDP2 with PP): the first forward's gather and
-    # the last backward's reduce-scatter, each behind one micro-batch's compute
-    keep = (f64["zero3_keep_params_with_pp"] > 0) & (pp > 1)
-    exposed_red3 = 0.0
-    if z3_rows.idx.size:
         # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
         psi = f64["zero3_overlap"]
         fwd_compute, bwd_compute = fwd_phase_s, bwd_phase_s + recompute_mb
@@ -502,6 +496,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         exposed_red3 = z3_fwd_first + (n_micro - 1.0) * z3_fwd_later + n_micro * z3_bwd
         exposed_keep3 = z3_fwd_first + np.maximum(z3["red_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]
         exposed_red3 = np.where(keep, exposed_keep3, exposed_red3)
+    else:
+        z3, exposed_red3 = dict.fromkeys(ZERO3_PARTS, np.zeros(z3_rows.shape)), 0.0
     dp_comm = np.select(
         [zero <= 0, zero == 1, zero == 2], [exposed_red0, exposed_red1, exposed_red2], exposed_red3
     ) * (dpc > 1)
