@@ -3,8 +3,9 @@
 The per-model/cluster/job inputs are built once by ``build_inputs`` for a template
 configuration and kept as scalars; only the ``PARALLEL_KEYS`` are arrays, so ``step_costs``
 broadcasts one set of scalars over every candidate. Candidates are evaluated in chunks of
-``CHUNK`` to bound memory; only the few columns needed for ranking are kept for all of them,
-and the full time/memory breakdown is recomputed for the rows that are shown.
+``CHUNK`` to bound memory, sorted by ZeRO stage and CP kind so that most chunks hold one kind and
+``step_costs`` skips the collectives none of their rows runs; only the few columns needed for ranking
+are kept for all of them, and the full time/memory breakdown is recomputed for the rows that are shown.
 """
 from __future__ import annotations
 
