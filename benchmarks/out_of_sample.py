@@ -9,6 +9,11 @@ generic one, as any unknown or blank framework does; ``--as`` also scores them a
 by a stack the model knows (e.g. torchtitan, the other FSDP stack). Prints the MAPE of tokens/s/GPU and
 the median predicted / measured ratio by GPU and precision and by sequence length.
 
+Then NVIDIA's DGX Cloud benchmarking recipes (calibration/data/outofsample/dgxc_runs.csv, built by
+calibration/build_dgxc.py from NVIDIA/dgxc-benchmarking's READMEs: NeMo on 8-2,304 H100s, GPT-3 175B,
+Llama 3.1 8B/70B/405B, Nemotron-4 15B/340B, bf16 and fp8; a source the shared data set does not list),
+run with the NeMo profile they name: MAPE and the median predicted / measured ratio by model and precision.
+
 ``--unknown-stacks`` also costs every source of the calibration runs but the HF playbook as if its stack
 were unknown (the generic profile), against its own stack's profile: how an unseen stack fares. (The
 generic kernel efficiency is the median over the calibrated stacks, each source's own among them.)
@@ -26,6 +31,7 @@ from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
 from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "outofsample" / "llmfoundry_runs.csv"
+DGXC_RUNS = RUNS.with_name("dgxc_runs.csv")
 CALIBRATION_RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
 
 
@@ -69,6 +75,13 @@ def main() -> int:
                                      aggfunc="median").round(2).to_string())
             print(scored.pivot_table(index="seq_len", columns="gpu", values="ratio",
                                      aggfunc="median").round(2).to_string())
+    dgxc = score(read_runs_csv(DGXC_RUNS))
+    ape = 100.0 * np.abs(dgxc.ratio - 1.0)
+    print(f"{len(dgxc)} DGX Cloud recipe runs (NeMo profile): MAPE {ape.mean():.1f}% (median APE {ape.median():.1f}%, "
+          f"worst {ape.max():.1f}%), median predicted / measured {dgxc.ratio.median():.3f}")
+    with pd.option_context("display.width", 160):
+        print(dgxc.pivot_table(index="model_name", columns="precision", values="ratio",
+                               aggfunc="median").round(3).to_string())
     if args.unknown_stacks:
         table = unknown_stacks()
         print(table.round(1).to_string())
