@@ -128,7 +128,8 @@ def estimate(
     deepspeed_config: Annotated[
         Optional[Path],
         typer.Option("--deepspeed-config", help="DeepSpeed config JSON: sets zero stage, ZeRO++ (qwZ/hpZ/qgZ), "
-                     "micro-batch, accumulation and bf16/fp16 (an option given beside it must agree)."),
+                     "micro-batch, accumulation and bf16/fp16 (an option given beside it must agree); the framework "
+                     "defaults to deepspeed."),
     ] = None,
     json_out: JsonOpt = False,
 ):
@@ -150,7 +151,15 @@ def estimate(
         if deepspeed_config is not None:
             from perfmodel.deepspeed_config import check_hpz_partition, check_options_agree, load_deepspeed_config
 
+            from perfmodel.rules import NO_ZEROPP_STACKS, ZEROPP_STACKS
+
             ds = load_deepspeed_config(deepspeed_config)
+            # a DeepSpeed config is read by DeepSpeed's engine: the stack is one that trains through it
+            if not given_on_command_line(ctx, "framework"):
+                framework = "deepspeed"
+            elif framework.lower() in NO_ZEROPP_STACKS:
+                raise InputError("framework", f"{framework} does not train through DeepSpeed's engine, which reads "
+                                 f"--deepspeed-config; give one that does ({', '.join(sorted(ZEROPP_STACKS))})")
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
             if ds.autotp_size is not None:
                 if given_on_command_line(ctx, "tp") and tp != ds.autotp_size:
@@ -178,6 +187,9 @@ def estimate(
                         f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
+        if sp and tp == 1 and given_on_command_line(ctx, "sp"):
+            raise InputError("sp", "sequence parallelism splits the sequence over the tensor-parallel ranks: "
+                             "it needs --tp > 1 (got --sp with tp 1)")
         zero_stage = default_zero_stage(framework) if zero_stage is None else zero_stage
         zeropp = zeropp or ""
         micro_batch = 1 if micro_batch is None else micro_batch

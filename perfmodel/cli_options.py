@@ -42,7 +42,7 @@ def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
 
     if text is None or not text.strip():
         return None
-    parts = text.replace(" ", "").split(",")
+    parts = [p.strip() for p in text.split(",")]  # spaces around an item are fine; inside one ("8 16") not
     if not all(parts):  # "8,,16" or "8,": a count left out is a typo, not one count fewer
         raise InputError(field, f"has an empty item: give a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})")
     try:

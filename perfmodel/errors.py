@@ -14,11 +14,18 @@ class InputError(ValueError):
     """Bad input: ``field`` is the dotted name of what is wrong, ``rule`` says why."""
 
     def __init__(self, field: str, rule: str, where: str | None = None):
+        field, rule, where = (one_line(x) if x is not None else None for x in (field, rule, where))
         self.field = field
         self.rule = rule
         self.where = where
         prefix = f"{where}: " if where else ""
         super().__init__(f"{prefix}{field}: {rule}")
+
+
+def one_line(text) -> str:
+    """``text`` with its line breaks written as escapes: a name or path the user typed with a newline in
+    it must not split an error or note line."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class UnknownName(InputError):
@@ -60,6 +67,7 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
     path = Path(path)
     if path.is_dir():
         raise InputError(field, "is a folder, not a file", where=str(path))
+    require_regular_file(path, field)
     try:
         if is_gzip(path):
             return _read_gzip_text(path, field, errors)
@@ -69,6 +77,16 @@ def read_text_file(path, field: str, errors: str = "strict") -> str:
         raise InputError(field, f"cannot read file ({exc.strerror or exc})", where=str(path)) from None
     except UnicodeDecodeError:
         raise InputError(field, "not a text file (not valid UTF-8)", where=str(path)) from None
+
+
+def require_regular_file(path, field: str, where: str | None = None) -> None:
+    """InputError when ``path`` exists and is not a regular file: a FIFO would block the read, a device
+    (``/dev/zero``) never end it. A missing path is left to the read, which says so."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise InputError(field, "is not a regular file (a device, FIFO or socket)", where=where or str(path))
 
 
 #: the first two bytes of a gzip stream (RFC 1952): how a compressed log or table is told, whatever its name
@@ -194,7 +212,7 @@ _held_notes: list[str] | None = None
 
 def say_note(text: str) -> None:
     """``note: text`` on stderr: a caveat about an input that does not stop the run."""
-    line = f"note: {text}"
+    line = f"note: {one_line(text)}"
     if _held_notes is None:
         print(line, file=sys.stderr)
     else:

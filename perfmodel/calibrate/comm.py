@@ -97,6 +97,11 @@ def protocol_of(op: str, size_bytes: float, n_gpus: int, inputs: dict[str, float
     return "low-latency (LL/LL128)" if time_s < simple else "Simple"
 
 
+#: ops whose nccl-tests size is the whole gathered / scattered / exchanged buffer: nranks equal shares
+#: (nccl-tests src/all_gather.cu, reduce_scatter.cu, alltoall.cu: count = size / type size / nranks)
+SHARED_BUFFER_OPS = ("all_gather", "reduce_scatter", "all_to_all")
+
+
 def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, scale_out) -> None:
     if op not in OPS:
         raise InputError("op", f"must be one of {', '.join(OPS)} (got {op!r})")
@@ -106,6 +111,9 @@ def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, s
         raise InputError("gpus", f"a collective needs at least 2 GPUs (got {n_gpus})")
     if n_gpus > MAX_GPUS:
         raise InputError("gpus", f"must be at most {MAX_GPUS:,} (got {n_gpus:,})")
+    if op in SHARED_BUFFER_OPS and size_bytes % n_gpus:
+        raise InputError("bytes", f"{op}'s nccl-tests size is the whole buffer, one equal share per rank: it must "
+                         f"be a multiple of the {n_gpus} GPUs (got {size_bytes})")
     if gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if scale_out is not None and not (MIN_GBIT_PER_S <= scale_out <= MAX_GBIT_PER_S):

@@ -38,7 +38,7 @@ from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
 from perfmodel.errors import InputError, NothingUsable, output_file, same_file, say_note, write_file_atomic
 from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK, MAX_GBIT_PER_S, MIN_GBIT_PER_S
-from perfmodel.specs.hardware import AcceleratorSpec
+from perfmodel.specs.hardware import AcceleratorSpec, check_network_name
 from perfmodel.structured_text import dump_yaml
 
 
@@ -189,6 +189,7 @@ def run_calibration(
     if scale_out_gbit_per_s is not None and not (MIN_GBIT_PER_S <= scale_out_gbit_per_s <= MAX_GBIT_PER_S):
         raise InputError("scale_out_gbit_per_s", f"must be a number from {MIN_GBIT_PER_S:g} to {MAX_GBIT_PER_S:,.0f} "
                          f"(got {scale_out_gbit_per_s})")
+    check_network_name(network)
     if Path(out).is_dir():
         raise InputError("out", "is a folder; give a YAML file path", where=str(out))
     if not any((nccl_tests, traces, logs, gemms, runs)):

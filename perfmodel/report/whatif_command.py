@@ -29,8 +29,11 @@ def parse_vary(items: list[str]) -> dict[str, list]:
             raise InputError("vary", f"must be NAME=V1,V2,... with NAME one of {', '.join(VARIABLES)} (got {item!r})")
         if name in out:
             raise InputError(f"vary.{name}", "given twice; list all its values in one --vary NAME=V1,V2,...")
+        listed = [v.strip() for v in values.split(",")]
+        if not all(listed):  # "8,,16" or "8,": a value left out is a typo, not one value fewer
+            raise InputError(f"vary.{name}", f"has an empty item: give NAME=V1,V2,... (got {values!r})")
         try:
-            out[name] = [CASTS[name](v.strip()) for v in values.split(",") if v.strip()]
+            out[name] = [CASTS[name](v) for v in listed]
         except ValueError:
             kind = "whole numbers" if CASTS[name] is int else "numbers"
             raise InputError(f"vary.{name}", f"values must be {kind} (got {values!r})") from None

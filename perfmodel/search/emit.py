@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from perfmodel.frameworks import framework_profile
+from perfmodel.frameworks import PROFILES, framework_profile
 from perfmodel.rules import AUTOTP, torchtitan_layers_per_stage, torchtitan_split_ok
 from perfmodel.specs import JobSpec, ModelSpec
 
@@ -55,6 +55,15 @@ def _cfg(row: Mapping) -> dict:
 
 #: stacks whose launcher takes Megatron-DeepSpeed's flags (DeepSpeed engine underneath)
 MEGATRON_DEEPSPEED = frozenset({"megatron-deepspeed"})
+#: the stacks whose runs each target's text configures: a configuration costed for a named stack outside
+#: the target's is said so (its overlaps and kernels were costed, not the target's)
+TARGET_STACKS = {
+    "megatron": frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "meta-internal",
+                           "megatron-deepspeed"}),
+    "torchtitan": frozenset({"torchtitan"}),
+}
+#: what each target's own stack is called for --framework
+TARGET_FRAMEWORK = {"megatron": "megatron-lm", "torchtitan": "torchtitan"}
 
 
 def megatron_deepspeed(job: JobSpec) -> bool:
@@ -327,6 +336,10 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
     """What the text for ``target`` does not carry of the costed configuration ``row``, one line each
     (printed after it): parts the target's format cannot express or that the launcher must add."""
     c, notes = _cfg(row), []
+    stack = (job.framework or "").strip().lower()
+    if target in TARGET_STACKS and stack in PROFILES and stack != "generic" and stack not in TARGET_STACKS[target]:
+        notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as {target}'s own "
+                     f"stack would: search with --framework {TARGET_FRAMEWORK[target]} to cost it there")
     if target == "megatron":
         if model.mlp == "swiglu":
             notes.append("the normalization is not part of the costed shape: add your model's (Llama-style "

@@ -72,11 +72,13 @@ def test_a_part_used_last_node_is_costed():
 
 
 def test_config_reports_sequence_parallelism_as_costed():
-    """--sp asks for sequence parallelism; it only exists with a TP group, and config says what ran."""
-    sp = {tp: json.loads(runner.invoke(app, BASE + ["--tp", str(tp), "--sp", "--json"]).stdout) for tp in (1, 8)}
-    assert sp[1]["config"]["sp"] is False and sp[8]["config"]["sp"] is True
-    for tp, shown in ((1, "sp=False"), (8, "sp=True")):  # the table's header line says the same
-        assert shown in runner.invoke(app, BASE + ["--tp", str(tp), "--sp"]).stdout.splitlines()[0]
+    """--sp asks for sequence parallelism; it only exists with a TP group (asked for at tp 1 it is refused,
+    tests/cli/test_third_audit.py), and config says what ran: left at its default, tp 1 runs without."""
+    on = json.loads(runner.invoke(app, BASE + ["--tp", "8", "--sp", "--json"]).stdout)
+    off = json.loads(runner.invoke(app, BASE + ["--tp", "1", "--json"]).stdout)
+    assert on["config"]["sp"] is True and off["config"]["sp"] is False
+    for args, shown in ((["--tp", "1"], "sp=False"), (["--tp", "8", "--sp"], "sp=True")):  # the header line too
+        assert shown in runner.invoke(app, BASE + args).stdout.splitlines()[0]
 
 
 def test_estimate_human_output():

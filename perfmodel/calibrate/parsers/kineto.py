@@ -20,7 +20,7 @@ from typing import Literal
 import pandas as pd
 
 from perfmodel.calibrate.parsers.nccl_tests import busbw_factor
-from perfmodel.errors import InputError, is_gzip
+from perfmodel.errors import InputError, is_gzip, require_regular_file
 from perfmodel.limits import MAX_BYTES, MAX_GPUS
 
 Category = Literal["gemm", "attention", "nccl", "memory", "other"]
@@ -99,6 +99,7 @@ def _opener(path: Path):
 
 
 def _load(path: Path) -> dict:
+    require_regular_file(path, "trace", f"{path}:1")
     opener = _opener(path)
     try:
         # utf-8-sig: a byte-order mark (an editor's re-save) is not content, as for every other input

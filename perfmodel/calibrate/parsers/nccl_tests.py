@@ -60,9 +60,11 @@ _RANK_RE = re.compile(r"#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)
                       r"\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<device>.*\S)")
 _NUMBER_LIKE_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf)", re.I)
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
+#: the data types nccl-tests prints in the ``type`` column (src/common.cu ``test_typenames``, with the older
+#: and alias spellings) and their size in bytes; a row of any other type is refused, not left unchecked
 _DTYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "half": 2, "float16": 2, "bfloat16": 2,
-                "fp16": 2, "bf16": 2, "float": 4, "int32": 4, "uint32": 4, "int": 4,
-                "double": 8, "int64": 8, "uint64": 8, "f8e4m3": 1, "f8e5m2": 1}
+                "fp16": 2, "bf16": 2, "float": 4, "float32": 4, "int32": 4, "uint32": 4, "int": 4,
+                "double": 8, "float64": 8, "int64": 8, "uint64": 8, "f8e4m3": 1, "f8e5m2": 1}
 
 
 def busbw_factor(op: str, n_ranks: int) -> float:
@@ -169,7 +171,10 @@ def _time_from_algbw(rows: pd.DataFrame) -> pd.DataFrame:
 def _cell(token: str, column: str, where: str) -> float | int | str:
     """One cell, checked: whole numbers in range for size/count/root, a finite time > 0 µs, a
     finite bandwidth >= 0 GB/s; ``N/A`` (-> NaN) only where nccl-tests prints it (the in-place
-    and ``#wrong`` columns)."""
+    and ``#wrong`` columns); a ``type`` nccl-tests knows (``_DTYPE_BYTES``: size = count x its size is checked)."""
+    if column == "dtype" and token.lower() not in _DTYPE_BYTES:
+        raise InputError("type", f"{token!r} is not an nccl-tests data type (known: {', '.join(_DTYPE_BYTES)})",
+                         where)
     if column in _TEXT_COLUMNS:
         return token
     if token.upper() == "N/A":
@@ -290,22 +295,24 @@ def _nccl_version(text: str) -> str | None:
     return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
-def _drop_wrong(rows: pd.DataFrame, where: str) -> pd.DataFrame:
-    """``rows`` less those whose ``#wrong`` count is above 0: nccl-tests' own check found elements of the
-    result wrong, so the time is not that of a correct collective. Said in one ``note:`` line; a table
-    with no row left is refused (InputError), never fitted."""
+def _drop_wrong(rows: pd.DataFrame, lines: np.ndarray, where: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """``rows`` (and their file ``lines``) less those whose ``#wrong`` count is above 0: nccl-tests' own check
+    found elements of the result wrong, so the time is not that of a correct collective. Said in one
+    ``note:`` line; a table with no row left is refused (InputError), never fitted."""
     wrong = np.zeros(len(rows), dtype=bool)
     for col in ("oop_wrong", "ip_wrong"):
         if col in rows:
             wrong |= (pd.to_numeric(rows[col], errors="coerce").fillna(0) > 0).to_numpy()
     if not wrong.any():
-        return rows
+        return rows, lines
     if wrong.all():
         raise InputError("#wrong", f"every row ({len(rows)}) failed nccl-tests' correctness check (#wrong > 0): "
                          "these times are not of a correct collective; rerun the benchmark", where)
-    say_note(f"{where}: {int(wrong.sum())} of {len(rows)} rows dropped: nccl-tests' correctness check failed "
-             "on them (#wrong > 0)")
-    return rows[~wrong].reset_index(drop=True)
+    dropped = [int(n) for n in lines[wrong]]
+    shown = ", ".join(map(str, dropped[:5])) + (", ..." if len(dropped) > 5 else "")
+    say_note(f"{where}: {len(dropped)} of {len(rows)} rows dropped (line{'s' * (len(dropped) > 1)} {shown}): "
+             "nccl-tests' correctness check failed on them (#wrong > 0)")
+    return rows[~wrong].reset_index(drop=True), lines[~wrong]
 
 
 #: collectives whose ``count`` is the whole buffer (size = count x type size) and those that print one
@@ -321,39 +328,55 @@ _ALGBW_ABS_TOL, _ALGBW_REL_TOL, _ALGBW_REL_TOL_E = 0.011, 0.02, 0.06
 _E_NOTATION_US = 1e6
 
 
-def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, time_column: str, where: str) -> None:
-    """Refuse a table whose rows contradict themselves or the collective it is read as (InputError):
-    a redop or a size / count that the collective cannot print (an all_reduce table has a reduction and
-    count x type size = size; all_gather, reduce_scatter and alltoall print size = count x type size x
-    ranks, the rank count the ``#  Rank`` lines give where they are there), or a time that is not the one
-    the printed algbw was computed from (algbw = size / time)."""
+def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, time_column: str, path: Path,
+                lines: np.ndarray) -> None:
+    """Refuse a table whose rows contradict themselves or the collective it is read as (InputError at the
+    offending row's own line, ``lines[i]`` for row i): a redop or a size / count that the collective cannot
+    print (an all_reduce table has a reduction and count x type size = size; all_gather, reduce_scatter and
+    alltoall print size = count x type size x ranks, the rank count the ``#  Rank`` lines give where they
+    are there), or a time that is not the one the printed algbw was computed from (algbw = size / time)."""
     # (a size printed twice is not refused: -N run cycles repeat the sweep, -r -1 every root, and a linear
     # step of a per-rank op can round two sizes to one; each row is a measurement)
     if op is None:
         return
-    redop = rows["redop"].astype(str).str.lower()
-    known = ~redop.isin(("nan", "", "n/a"))
+
+    def at(i: int) -> str:
+        return f"{path}:{int(lines[i])}"
+
+    redop = rows["redop"].astype(str).str.lower().to_numpy()
+    known = ~np.isin(redop, ("nan", "", "n/a"))
     if op in _REDUCING_OPS and (known & (redop == "none")).any():
+        i = int(np.flatnonzero(known & (redop == "none"))[0])
         raise InputError("redop", f"'none' in a table read as {op}, which reduces (sum, max, ...); is it the "
-                         "output of another collective?", where)
+                         "output of another collective?", at(i))
     if op in _NO_REDOP_OPS and (known & (redop != "none")).any():
-        bad = redop[known & (redop != "none")].iloc[0]
-        raise InputError("redop", f"{bad!r} in a table read as {op}, which reduces nothing (nccl-tests prints "
-                         "'none'); is it the output of another collective?", where)
+        i = int(np.flatnonzero(known & (redop != "none"))[0])
+        raise InputError("redop", f"{redop[i]!r} in a table read as {op}, which reduces nothing (nccl-tests prints "
+                         "'none'); is it the output of another collective?", at(i))
+    # every row's type is one _DTYPE_BYTES knows (_cell refuses any other); a row of count 0 has no ratio
     typesize = rows["dtype"].astype(str).str.lower().map(_DTYPE_BYTES)
-    ok = typesize.notna() & (rows["count"] > 0)
-    ratios = {Fraction(int(sz), int(c) * int(t)) for sz, c, t in zip(rows["size_bytes"][ok], rows["count"][ok],
-                                                                      typesize[ok])}
-    if op in _WHOLE_BUFFER_OPS and ratios - {Fraction(1)}:
-        raise InputError("size", f"size is not count x type size in every row, as {op} prints it (size / "
-                         f"(count x type size) = {', '.join(sorted(f'{float(r):g}' for r in ratios))})", where)
+    sizes, counts = rows["size_bytes"].to_numpy(), rows["count"].to_numpy()
+    ratios = [(i, Fraction(int(sizes[i]), int(counts[i]) * int(typesize.iloc[i])))
+              for i in range(len(rows)) if counts[i] > 0 and pd.notna(typesize.iloc[i])]
+    if op in _WHOLE_BUFFER_OPS:
+        for i, r in ratios:
+            if r != 1:
+                c, t = int(counts[i]), int(typesize.iloc[i])
+                raise InputError("size", f"size is not count x type size, as {op} prints it (size {int(sizes[i])} B, "
+                                 f"count x type size = {c} x {t} = {c * t} B)", at(i))
     if op in _PER_RANK_OPS and ratios:
-        if len(ratios) > 1 or next(iter(ratios)).denominator != 1 or next(iter(ratios)) < 2:
-            raise InputError("size", f"size / (count x type size) must be the same whole rank count in every row "
-                             f"of an {op} table (got {', '.join(sorted(f'{float(r):g}' for r in ratios))})", where)
-        if rank_lines_n is not None and int(next(iter(ratios))) != rank_lines_n:
-            raise InputError("size", f"size / (count x type size) = {int(next(iter(ratios)))} ranks, but the file "
-                             f"has {rank_lines_n} '#  Rank' lines; is a part of the file missing?", where)
+        for i, r in ratios:
+            if r.denominator != 1 or r < 2:
+                raise InputError("size", f"size / (count x type size) must be a whole rank count of at least 2 in "
+                                 f"every row of an {op} table (got {float(r):g})", at(i))
+        i0, r0 = ratios[0]
+        for i, r in ratios[1:]:
+            if r != r0:
+                raise InputError("size", f"size / (count x type size) must be the same whole rank count in every "
+                                 f"row of an {op} table (got {int(r)}, but {int(r0)} on line {int(lines[i0])})", at(i))
+        if rank_lines_n is not None and int(r0) != rank_lines_n:
+            raise InputError("size", f"size / (count x type size) = {int(r0)} ranks, but the file "
+                             f"has {rank_lines_n} '#  Rank' lines; is a part of the file missing?", at(i0))
     if time_column != "time":
         return
     for side in ("oop", "ip"):
@@ -366,14 +389,16 @@ def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, ti
             i = int(np.flatnonzero(off)[0])
             raise InputError(f"{'out-of-place' if side == 'oop' else 'in-place'} time",
                              f"{t[i]:g} us at {int(rows['size_bytes'].iloc[i])} B gives an algbw of {expect[i]:.3g} "
-                             f"GB/s, but the row prints {bw[i]:g}: time and algbw disagree", where)
+                             f"GB/s, but the row prints {bw[i]:g}: time and algbw disagree", at(i))
 
 
 def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data: list[list],
-            columns: list[str], first_line: int, avg: float | None,
+            columns: list[str], row_lines: list[int], avg: float | None,
             file_version: str | None, groups: dict[int, int] | None = None) -> NcclTestsResult:
+    """One table's result; ``row_lines`` is each data row's 1-based line in the file (for messages)."""
+    first_line = row_lines[0]
     rows = pd.DataFrame(data, columns=columns)
-    rows = _drop_wrong(rows, f"{path}:{first_line}")
+    rows, lines = _drop_wrong(rows, np.asarray(row_lines, dtype=np.int64), f"{path}:{first_line}")
     # the older layouts' 'error' column: the largest deviation from the expected result, where float
     # reductions print their rounding (1e-07): not a failure count, kept as the column it replaced
     rows = rows.rename(columns={"oop_error": "oop_wrong", "ip_error": "ip_wrong"})
@@ -400,7 +425,7 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
     if n_ranks is None:
         n_ranks = _n_ranks_from_bw(op, rows)
         n_source = "bw_ratio" if n_ranks else None
-    _check_rows(rows, op, n_ranks if n_source == "rank_lines" else None, time_column, f"{path}:{first_line}")
+    _check_rows(rows, op, n_ranks if n_source == "rank_lines" else None, time_column, path, lines)
     hosts = {h for h, _ in ranks.values()}
     return NcclTestsResult(
         op=op, op_source=op_source if op else None, n_ranks=n_ranks, n_ranks_source=n_source,
@@ -421,16 +446,16 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
     groups: dict[int, int] = {}  # rank -> its Group (NCCL_TESTS_SPLIT_MASK splits the ranks into communicators)
     columns: list[str] | None = None
     data: list[list] = []
-    first_line = 0
+    row_lines: list[int] = []  # each data row's 1-based line in the file
     avg: float | None = None
     trailer = False  # the table's '# Out of bounds' / '# Avg bus bandwidth' lines were seen
 
     def flush() -> None:
-        nonlocal ctx, ranks, groups, columns, data, avg, trailer
+        nonlocal ctx, ranks, groups, columns, data, row_lines, avg, trailer
         if columns is not None and data:
-            results.append(_finish(path, ctx, ranks, data, columns, first_line, avg,
+            results.append(_finish(path, ctx, ranks, data, columns, row_lines, avg,
                                    file_version, groups))
-        ctx, ranks, groups, columns, data, avg, trailer = [], {}, {}, None, [], None, False
+        ctx, ranks, groups, columns, data, row_lines, avg, trailer = [], {}, {}, None, [], [], None, False
 
     for lineno, raw in enumerate(lines, start=1):
         line = _strip_prefix(raw)
@@ -467,9 +492,8 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
         if columns is not None and re.fullmatch(r"\d+", tokens[0]):
             where = f"{path}:{lineno}"
             tokens = _row_cells(tokens, columns, where)
-            if not data:
-                first_line = lineno
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
+            row_lines.append(lineno)
         elif columns is not None and (not trailer or len(tokens) == len(columns)) and _NUMBER_LIKE_RE.fullmatch(
                 tokens[0]):
             # inside the table, a row whose size is not a whole number of bytes: a corrupted row, not text to
