@@ -14,7 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from perfmodel.errors import (
-    InputError, NothingUsable, flush_notes, from_validation_error, hold_notes, release_notes,
+    InputError, NothingUsable, flush_notes, from_validation_error, hold_notes, one_line, release_notes,
 )
 from perfmodel.limits import MAX_COUNT, MAX_GPUS
 
@@ -35,14 +35,14 @@ def fail(exc: Exception) -> None:
     """Print one error line and exit 2."""
     if isinstance(exc, ValidationError):
         exc = from_validation_error(exc)
-    typer.echo(f"error: {exc}", err=True)
+    typer.echo(f"error: {one_line(exc)}", err=True)
     raise typer.Exit(2)
 
 
 def nothing_usable(message: str) -> None:
     """A run that worked but found nothing usable: the inputs' notes, then one error line, exit 1."""
     flush_notes()
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {one_line(message)}", err=True)
     raise typer.Exit(1)
 
 
@@ -375,7 +375,7 @@ def _run_app() -> int:
         return 2
     except OSError as exc:  # a file that cannot be read or written
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        typer.echo(f"error: {where}file: cannot read or write ({exc.strerror or exc})", err=True)
+        typer.echo(one_line(f"error: {where}file: cannot read or write ({exc.strerror or exc})"), err=True)
         return 2
     return code if isinstance(code, int) else 0
 

@@ -25,7 +25,11 @@ class InputError(ValueError):
 def one_line(text) -> str:
     """``text`` with its line breaks written as escapes: a name or path the user typed with a newline in
     it must not split an error or note line."""
-    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+    return str(text).translate(_LINE_BREAK_ESCAPES)
+
+
+#: every character ``str.splitlines`` breaks a line at, written as its escape
+_LINE_BREAK_ESCAPES = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 class UnknownName(InputError):

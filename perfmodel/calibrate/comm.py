@@ -112,8 +112,10 @@ def check_request(op: str, size_bytes: float, n_gpus: int, gpus_per_node: int, s
     if n_gpus > MAX_GPUS:
         raise InputError("gpus", f"must be at most {MAX_GPUS:,} (got {n_gpus:,})")
     if op in SHARED_BUFFER_OPS and size_bytes % n_gpus:
+        below = size_bytes - size_bytes % n_gpus
         raise InputError("bytes", f"{op}'s nccl-tests size is the whole buffer, one equal share per rank: it must "
-                         f"be a multiple of the {n_gpus} GPUs (got {size_bytes})")
+                         f"be a multiple of the {n_gpus} GPUs (got {size_bytes}; the nearest are "
+                         f"{below} and {below + n_gpus})")
     if gpus_per_node <= 0:
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if scale_out is not None and not (MIN_GBIT_PER_S <= scale_out <= MAX_GBIT_PER_S):

@@ -36,7 +36,9 @@ from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
 from perfmodel.costs.compute import gemm_time_s
-from perfmodel.errors import InputError, NothingUsable, output_file, same_file, say_note, write_file_atomic
+from perfmodel.errors import (
+    InputError, NothingUsable, one_line, output_file, same_file, say_note, write_file_atomic,
+)
 from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK, MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec, check_network_name
 from perfmodel.structured_text import dump_yaml
@@ -182,6 +184,11 @@ def run_calibration(
     from perfmodel.calibrate.parsers import (
         parse_gemm_csv, parse_kineto_trace, parse_nccl_tests_all, parse_training_log, read_runs_csv,
     )
+
+    shown_echo = echo
+
+    def echo(text: str) -> None:  # a path with a line break in it stays on its summary line
+        shown_echo(one_line(text))
 
     spec = load_gpu(gpu)
     if gpus_per_node is not None and gpus_per_node <= 0:

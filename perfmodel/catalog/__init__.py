@@ -275,5 +275,5 @@ def load_gpu(ref: str) -> AcceleratorSpec:
     if file.is_dir():
         raise InputError("gpu", f"'{ref}' is a folder, not a hardware-profile YAML")
     if not file.is_file():
-        raise InputError("gpu", f"no such file '{ref}'")
+        raise InputError("gpu", f"'{ref}' is not a regular file" if file.exists() else f"no such file '{ref}'")
     return _load_gpu_file(str(file.resolve()))

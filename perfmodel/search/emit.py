@@ -34,7 +34,7 @@ import json
 from typing import Mapping
 
 from perfmodel.frameworks import PROFILES, framework_profile
-from perfmodel.rules import AUTOTP, torchtitan_layers_per_stage, torchtitan_split_ok
+from perfmodel.rules import AUTOTP, ZEROPP_STACKS, torchtitan_layers_per_stage, torchtitan_split_ok
 from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
@@ -61,9 +61,10 @@ TARGET_STACKS = {
     "megatron": frozenset({"megatron-lm", "nemo", "megatron-bridge", "megatron-kwai", "megascale", "meta-internal",
                            "megatron-deepspeed"}),
     "torchtitan": frozenset({"torchtitan"}),
+    "deepspeed": ZEROPP_STACKS,
 }
 #: what each target's own stack is called for --framework
-TARGET_FRAMEWORK = {"megatron": "megatron-lm", "torchtitan": "torchtitan"}
+TARGET_FRAMEWORK = {"megatron": "megatron-lm", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 
 
 def megatron_deepspeed(job: JobSpec) -> bool:
@@ -337,7 +338,8 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
     (printed after it): parts the target's format cannot express or that the launcher must add."""
     c, notes = _cfg(row), []
     stack = (job.framework or "").strip().lower()
-    if target in TARGET_STACKS and stack in PROFILES and stack != "generic" and stack not in TARGET_STACKS[target]:
+    other_stack = stack in PROFILES and stack != "generic" and stack not in TARGET_STACKS[target]
+    if other_stack and target != "deepspeed":  # (deepspeed: below, where its layout note does not say it already)
         notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as {target}'s own "
                      f"stack would: search with --framework {TARGET_FRAMEWORK[target]} to cost it there")
     if target == "megatron":
@@ -394,6 +396,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         if c["recompute"] in ("selective", "balanced"):
             notes.append(f"{c['recompute']} recompute is chosen in the model code (Megatron-DeepSpeed "
                          "--recompute-granularity selective), not in this JSON")
+    if target == "deepspeed" and other_stack and not any("costed for" in n for n in notes):
+        notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as deepspeed's own "
+                     "engine would: search with --framework deepspeed to cost it there")
     if target == "torchtitan":
         if c["zero"] in (1, 2):
             notes.append(f"torchtitan has no ZeRO-{c['zero']} (optimizer-only sharding): emitted as FSDP with "

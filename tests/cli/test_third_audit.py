@@ -45,10 +45,32 @@ def test_a_special_file_is_refused_before_it_is_read(tmp_path, special):
         assert "not a regular file" in line
 
 
-def test_a_line_break_in_a_name_stays_on_the_error_line():
-    line = _error(runner.invoke(app, ["estimate", "--model", "foo\nbar", "--gpu", "h100-sxm5-80gb", "--gpus", "8",
+@pytest.mark.parametrize("brk", ["\n", "\r", "\x85", "\u2028", "\x1e"])
+def test_a_line_break_in_a_name_stays_on_the_error_line(brk):
+    line = _error(runner.invoke(app, ["estimate", "--model", f"foo{brk}bar", "--gpu", "h100-sxm5-80gb", "--gpus", "8",
                                       "--global-batch", "64"]), "model")
-    assert "'foo\\nbar'" in line
+    assert f"'foo{repr(brk)[1:-1]}bar'" in line
+
+
+def test_a_line_break_in_a_path_stays_on_calibrates_lines(tmp_path):
+    """calibrate's per-input summary (stdout) and its 'nothing fitted' error (exit 1) name the file."""
+    log = tmp_path / "a\nb.log"
+    log.write_text("[titan] step:  1  loss:  9.0  memory: 10.0GiB(12.50%)  tps: 1,000  tflops: 50.0  mfu: 5.00%\n"
+                   "[titan] step:  2  loss:  8.0  memory: 10.0GiB(12.50%)  tps: 1,000  tflops: 50.0  mfu: 5.00%\n")
+    res = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm5-80gb", "--out", str(tmp_path / "c.yaml"), "--log", str(log)])
+    assert res.exit_code == 1, res.output
+    for stream in (res.stdout, res.stderr):
+        assert not any(ln.endswith("/a") or ln.startswith("b.log") for ln in stream.splitlines()), stream
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("error:")][0].count("a\\nb.log") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX FIFO")
+def test_a_gpu_profile_path_that_is_a_fifo_is_named_as_such(tmp_path):
+    fifo = tmp_path / "gpu.yaml"
+    os.mkfifo(fifo)
+    line = _error(runner.invoke(app, ["estimate", "--model", "llama2-7b", "--gpu", str(fifo), "--gpus", "8",
+                                      "--global-batch", "64"]), "gpu")
+    assert "not a regular file" in line
 
 
 def test_a_space_inside_a_gpu_count_is_not_two_counts_joined():
@@ -94,7 +116,8 @@ def test_calibrate_refuses_an_empty_network_as_the_other_commands_do(tmp_path):
 @pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all"])
 def test_comm_refuses_a_shared_buffer_that_ranks_cannot_split(op):
     base = ["comm", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8", "--gpus", "16", "--op", op]
-    assert "multiple of the 16 GPUs" in _error(runner.invoke(app, [*base, "--bytes", "1023"]), "bytes")
+    line = _error(runner.invoke(app, [*base, "--bytes", "1023"]), "bytes")
+    assert "multiple of the 16 GPUs" in line and "the nearest are 1008 and 1024" in line
     assert runner.invoke(app, [*base, "--bytes", "1024"]).exit_code == 0
     allreduce = ["comm", "--gpu", "h100-sxm5-80gb", "--gpus-per-node", "8", "--gpus", "16", "--op", "all_reduce"]
     assert runner.invoke(app, [*allreduce, "--bytes", "1023"]).exit_code == 0  # its size is each rank's buffer
@@ -107,6 +130,11 @@ def test_emitted_flags_say_which_stack_was_costed():
     assert any(n.startswith("costed as deepspeed") for n in notes)
     same = runner.invoke(app, [*REC, "--gpus", "16", "--framework", "nemo", "--emit", "megatron", "--json"])
     assert not any(n.startswith("costed as") for n in json.loads(same.stdout)["emit"]["notes"])
+    ds = runner.invoke(app, [*REC, "--gpus", "16", "--framework", "nemo", "--emit", "deepspeed", "--json"])
+    ds_notes = json.loads(ds.stdout)["emit"]["notes"]
+    assert sum("costed as nemo" in n or "costed for nemo" in n for n in ds_notes) == 1, ds_notes
+    own = runner.invoke(app, [*REC, "--gpus", "16", "--framework", "deepspeed", "--emit", "deepspeed", "--json"])
+    assert not any("costed as" in n or "costed for" in n for n in json.loads(own.stdout)["emit"]["notes"])
 
 
 if __name__ == "__main__":

@@ -307,8 +307,11 @@ def test_emit_notes_say_what_the_target_cannot_carry():
     assert doc["activation_checkpoint"]["mode"] == "selective" and doc["model"]["converters"] == ["float8"]
     mg = emit_notes("megatron", model, _job(), dict(ROWS[1]))
     assert any("ZeRO++" in n for n in mg) and any("RMSNorm" in n for n in mg)
-    # nothing to say where the target carries everything (besides Megatron's normalization reminder)
-    assert emit_notes("deepspeed", model, _job(), dict(ROWS[3], tp=1)) == []
+    # nothing to say where the target carries everything (besides Megatron's normalization reminder) ...
+    assert emit_notes("deepspeed", model, _job("bf16", "deepspeed"), dict(ROWS[3], tp=1)) == []
+    # ... but that it was costed as another stack runs it (tests/cli/test_third_audit.py)
+    assert [n.split(" (")[0] for n in emit_notes("deepspeed", model, _job(), dict(ROWS[3], tp=1))] == [
+        "costed as megatron-lm runs it"]
 
 
 def test_cli_emit_prints_and_returns_the_notes():

@@ -88,7 +88,10 @@ def test_the_dgxc_rows_are_the_readme_rows_and_agree_with_themselves():
     # the one printed cell with a space inside ("8.7  5") is read as the throughput cell confirms, and said so
     odd = frame[frame.notes.str.contains("printed as", regex=False)]
     assert odd.iteration_time_s.tolist() == [8.75]
-    assert frame.notes.str.startswith("FLAG").sum() == 0 and frame.notes.str.contains("FLAG:").sum() == 1
+    # the one row whose README cells disagree beyond rounding is kept as printed and flagged
+    flagged = frame[frame.notes.str.contains("FLAG:", regex=False)]
+    assert flagged.model_name.str.startswith("Llama 3.1 70b").tolist() == [True]
+    assert flagged[["n_gpus", "precision", "iteration_time_s"]].values.tolist() == [[2048, "bf16", 14.98]]
 
 
 def test_a_dgxc_transcription_error_is_caught():
@@ -106,13 +109,13 @@ def test_a_dgxc_transcription_error_is_caught():
 
 def test_dgxc_out_of_sample_accuracy():
     """NeMo on DGX H100, 8 to 2,304 GPUs, six models, bf16 and fp8, with the shipped NeMo profile
-    (fitted on NeMo 24.07's performance summary, none of these jobs): 4.2% MAPE, every model-precision
-    median within 11%. The worst rows are Nemotron-4 340B on 128 GPUs (22% slow): the memory model puts
-    it at 93 GiB without recomputation, so it is costed with recomputation, which NeMo did not need."""
+    (fitted on NeMo 24.07's performance summary, none of these measurements): 3.8% MAPE, every
+    model-precision median within 9%. The worst rows are Nemotron-4 340B on 128 GPUs (22% slow): the
+    memory model puts it at 93 GiB without recomputation or with selective, so it is costed with full."""
     runs = pd.read_csv(DGXC_RUNS)
     pred = predict_runs(runs)
     assert (pred.status == "ok").all()
     ratio = pred.pred_tokens_per_s_per_gpu.to_numpy() / measured_tokens_per_s_per_gpu(runs)
-    assert 100.0 * np.abs(ratio - 1.0).mean() <= 6.0
+    assert 100.0 * np.abs(ratio - 1.0).mean() <= 5.0
     medians = pd.Series(ratio).groupby([runs.model_name, runs.precision]).median()
-    assert medians.between(0.88, 1.12).all(), medians
+    assert medians.between(0.9, 1.1).all(), medians
