@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.calibrate.build_runs import runs_frame, write_runs
+
 HERE = Path(__file__).resolve().parent
 TABLES = HERE / "data" / "outofsample" / "dgxc_readme_tables.md"
 OUT = HERE / "data" / "outofsample" / "dgxc_runs.csv"
@@ -165,21 +167,11 @@ def convert(tables: list[dict]) -> tuple[pd.DataFrame, list[str]]:
                     f"train_step_timing of the README's run (NeMo Framework, DGX H100); README MFU {mfu_pct}% "
                     f"of the {precision} peak", step_note, flag])),
             })
-    frame = pd.DataFrame(out)
-    frame.insert(0, "run_id", [f"dgxc-{i + 1:03d}" for i in range(len(frame))])
-    header = HEADER_FROM.read_text().splitlines()[0].split(",")
-    return frame.reindex(columns=header), problems
+    return runs_frame(out, "dgxc", HEADER_FROM), problems
 
 
 def main() -> int:
-    frame, problems = convert(read_tables(TABLES.read_text()))
-    for p in problems:
-        print(f"error: {p}", file=sys.stderr)
-    if problems:
-        return 2
-    frame.to_csv(OUT, index=False)
-    print(f"wrote {OUT.relative_to(HERE.parent)}: {len(frame)} runs")
-    return 0
+    return write_runs(*convert(read_tables(TABLES.read_text())), OUT, HERE.parent)
 
 
 if __name__ == "__main__":

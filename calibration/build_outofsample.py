@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.calibrate.build_runs import runs_frame, write_runs
+
 HERE = Path(__file__).resolve().parent
 TABLES = HERE / "data" / "outofsample" / "llmfoundry_readme_tables.md"
 OUT = HERE / "data" / "outofsample" / "llmfoundry_runs.csv"
@@ -113,21 +115,11 @@ def convert(rows: list[tuple[str, list[str]]]) -> tuple[pd.DataFrame, list[str]]
                       f"GradAccum {ga}; triton flash attention (attn_impl: triton); MFU/HFU per the README's "
                       "formula (all parameters, attention FLOPs counted, not causally halved)"),
         })
-    frame = pd.DataFrame(out)
-    frame.insert(0, "run_id", [f"llmf-{i + 1:03d}" for i in range(len(frame))])
-    header = HEADER_FROM.read_text().splitlines()[0].split(",")
-    return frame.reindex(columns=header), problems
+    return runs_frame(out, "llmf", HEADER_FROM), problems
 
 
 def main() -> int:
-    frame, problems = convert(read_rows(TABLES.read_text()))
-    for p in problems:
-        print(f"error: {p}", file=sys.stderr)
-    if problems:
-        return 2
-    frame.to_csv(OUT, index=False)
-    print(f"wrote {OUT.relative_to(HERE.parent)}: {len(frame)} runs")
-    return 0
+    return write_runs(*convert(read_rows(TABLES.read_text())), OUT, HERE.parent)
 
 
 if __name__ == "__main__":

@@ -83,21 +83,15 @@ def test_nccl_known_types_still_parse(tmp_path, dtype):
 
 # --- 2. nccl-tests: a row's error names the row's own line --------------------------------------------
 
-def test_nccl_time_algbw_disagreement_names_its_own_row(tmp_path):
+@pytest.mark.parametrize("i, bad, message", [
+    (3, {"algbw": 999.99}, r"out-of-place time: .*time and algbw disagree"),  # time and algbw disagree
+    (2, {"count": SIZES[2] // 4 + 1}, r"size: size is not count x type size"),  # size and count disagree
+])
+def test_nccl_row_error_names_its_own_row(tmp_path, i, bad, message):
     rows = good_rows()
-    rows[3] = row(SIZES[3], algbw=999.99)
+    rows[i] = row(SIZES[i], **bad)
     path = nccl_file(tmp_path, rows)
-    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{FIRST_ROW_LINE + 3}: out-of-place time: "
-                                         r".*time and algbw disagree"):
-        parse_nccl_tests(path)
-
-
-def test_nccl_size_count_mismatch_names_its_own_row(tmp_path):
-    rows = good_rows()
-    rows[2] = row(SIZES[2], count=SIZES[2] // 4 + 1)
-    path = nccl_file(tmp_path, rows)
-    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{FIRST_ROW_LINE + 2}: size: size is not count "
-                                         r"x type size"):
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{FIRST_ROW_LINE + i}: {message}"):
         parse_nccl_tests(path)
 
 

@@ -17,11 +17,16 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "calibration" / "data" / "outofsample" / "llmfoundry_runs.csv"
 
 
-def _builder():
-    spec = importlib.util.spec_from_file_location("build_outofsample", ROOT / "calibration" / "build_outofsample.py")
+def _script(name: str):
+    """calibration/NAME.py as a module (the builders are scripts, not package modules)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "calibration" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _builder():
+    return _script("build_outofsample")
 
 
 def test_the_shipped_rows_are_the_readme_rows_and_agree_with_themselves():
@@ -71,10 +76,7 @@ DGXC_RUNS = ROOT / "calibration" / "data" / "outofsample" / "dgxc_runs.csv"
 
 
 def _dgxc_builder():
-    spec = importlib.util.spec_from_file_location("build_dgxc", ROOT / "calibration" / "build_dgxc.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _script("build_dgxc")
 
 
 def test_the_dgxc_rows_are_the_readme_rows_and_agree_with_themselves():
