@@ -85,6 +85,11 @@ def _check_switches(args: dict, where: str) -> None:
         if value is not None and not isinstance(value, bool):
             raise InputError(name, f"a store_true switch prints True or False (got {args.get(name).strip()!r})",
                              _at(args, name, where))
+    # Megatron-LM's validate_args refuses --fp16 with --bf16: a block printing both does not say the precision
+    if arg_value(args.get("bf16")) is True and arg_value(args.get("fp16")) is True:
+        raise InputError("fp16", f"True together with bf16 True ({_at(args, 'bf16', where)}) in the arguments "
+                         "block: Megatron-LM refuses --fp16 with --bf16, so the run's precision is contradictory",
+                         _at(args, "fp16", where))
 
 
 def padded_vocab(vocab: int, args: dict, tp: int, where: str) -> int:

@@ -25,18 +25,21 @@ def _script(name: str):
     return mod
 
 
+def _assert_rebuilds(frame: pd.DataFrame, problems: list[str], shipped, n_rows: int) -> None:
+    """A builder's rows agree with themselves and are, written out, the CSV the repository ships."""
+    import io
+
+    assert problems == [] and len(frame) == n_rows
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(frame.to_csv(index=False))), pd.read_csv(shipped))
+
+
 def _builder():
     return _script("build_outofsample")
 
 
 def test_the_shipped_rows_are_the_readme_rows_and_agree_with_themselves():
     b = _builder()
-    frame, problems = b.convert(b.read_rows(b.TABLES.read_text()))
-    assert problems == [] and len(frame) == 201
-    import io
-
-    rebuilt = pd.read_csv(io.StringIO(frame.to_csv(index=False)))
-    pd.testing.assert_frame_equal(rebuilt, pd.read_csv(RUNS))
+    _assert_rebuilds(*b.convert(b.read_rows(b.TABLES.read_text())), RUNS, 201)
 
 
 def test_a_transcription_error_is_caught():
@@ -82,11 +85,7 @@ def _dgxc_builder():
 def test_the_dgxc_rows_are_the_readme_rows_and_agree_with_themselves():
     b = _dgxc_builder()
     frame, problems = b.convert(b.read_tables(b.TABLES.read_text()))
-    assert problems == [] and len(frame) == 70
-    import io
-
-    rebuilt = pd.read_csv(io.StringIO(frame.to_csv(index=False)))
-    pd.testing.assert_frame_equal(rebuilt, pd.read_csv(DGXC_RUNS))
+    _assert_rebuilds(frame, problems, DGXC_RUNS, 70)
     # the one printed cell with a space inside ("8.7  5") is read as the throughput cell confirms, and said so
     odd = frame[frame.notes.str.contains("printed as", regex=False)]
     assert odd.iteration_time_s.tolist() == [8.75]

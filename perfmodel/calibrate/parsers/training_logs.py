@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.calibrate.parsers.launcher import strip_launcher_prefix
-from perfmodel.calibrate.parsers.megatron_args import _ARG, _END, _START, arg_value
 from perfmodel.errors import InputError, read_text_file, say_note
 
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
@@ -122,22 +121,6 @@ def _check_time(time_s: float, where: str) -> None:
         raise InputError("iteration_time_s", f"must be a finite time > 0 (got {time_s:g} s)", where)
 
 
-#: Megatron-LM switches that exclude each other (``validate_args``: ``assert not args.bf16`` under ``args.fp16``):
-#: an arguments block that prints both True does not say which precision the run used
-_EXCLUSIVE_SWITCHES = ("bf16", "fp16")
-
-
-def _check_exclusive_switches(block: dict[str, tuple[str, int]], path: Path) -> None:
-    """An arguments block (name -> (value as printed, line)) may not print two of ``_EXCLUSIVE_SWITCHES`` True."""
-    on = sorted(((block[name][1], name) for name in _EXCLUSIVE_SWITCHES
-                 if name in block and arg_value(block[name][0]) is True))
-    if len(on) > 1:
-        (first_line, first), (line, name) = on[0], on[1]
-        raise InputError(name, f"True together with {first} True (line {first_line}) in the arguments block: "
-                         f"Megatron-LM refuses --{name} with --{first}, so the run's precision is contradictory",
-                         f"{path}:{line}")
-
-
 def _drop_truncated_last(rows: list[dict], fields: dict[int, int], last_line: int, path: Path) -> list[dict]:
     """``rows`` less the last line of a file that ends without a line break when it is an iteration line
     with fewer fields than every other line of its format: a log copied or read while being written ends
@@ -163,7 +146,6 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     fields: dict[int, int] = {}  # a one-line row's 'name: value' fields, by its line number
     last_line = 0  # the last line with text
     profile: dict | None = None  # the DeepSpeed flops-profiler block being read
-    block: dict[str, tuple[str, int]] | None = None  # Megatron's arguments block being read: switch -> (value, line)
     log_text = read_text_file(path, "log", errors="replace")
     # a file that ends without a line break was cut (copied or read while being written)
     cut = bool(log_text) and not log_text.endswith("\n")
@@ -171,17 +153,6 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
         last_line = lineno if raw.strip() else last_line
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
         text = strip_launcher_prefix(raw)
-        # Megatron's arguments block (parsers.megatron_args reads it whole): its precision switches, checked
-        # when it ends; its lines are no iteration lines, so the reading below goes on as before
-        if _START.match(text.strip()):
-            if block is not None:
-                _check_exclusive_switches(block, path)
-            block = {}
-        elif block is not None and _END.match(text.strip()):
-            _check_exclusive_switches(block, path)
-            block = None
-        elif block is not None and (arg := _ARG.match(text)) and arg.group(1) in _EXCLUSIVE_SWITCHES:
-            block.setdefault(arg.group(1), (arg.group(2), lineno))
         step = _PROFILE_STEP.search(text)
         if step:
             profile = _row(int(step.group(1)), "deepspeed", lineno)
@@ -213,8 +184,6 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
             _check_row(row, f"{path}:{lineno}")
             rows.append(row)
             fields[lineno] = text.count(":")
-    if block is not None:
-        _check_exclusive_switches(block, path)
     if cut:
         rows = _drop_truncated_last(rows, fields, last_line, path)
     if not rows:
