@@ -58,9 +58,23 @@ def from_validation_error(exc, prefix: str = "", where: str | None = None) -> In
             field = ".".join(p for p in (prefix, head.group(1)) if p)
     if first.get("type") == "extra_forbidden":
         msg = "unknown key (not allowed)"
+    elif first.get("type") == "missing" and loc:
+        msg = f"{msg}{_misspelt_as(exc.errors(), first['loc'])}"
     elif "input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict):
         msg = f"{msg} (got {first['input']!r})"
     return InputError(field, msg, where=where)
+
+
+def _misspelt_as(errors, missing_loc) -> str:
+    """`` (the input has 'ffn_hiden_size': a misspelling?)`` when an unknown key of the same object is
+    close to a required one that is missing, so a typo in a required key names the typo too."""
+    import difflib
+
+    parent, name = tuple(missing_loc[:-1]), str(missing_loc[-1])
+    extras = [str(e["loc"][-1]) for e in errors
+              if e.get("type") == "extra_forbidden" and tuple(e.get("loc", ()))[:-1] == parent]
+    close = difflib.get_close_matches(name, extras, n=1, cutoff=0.75)
+    return f" (the input has {close[0]!r}: a misspelling?)" if close else ""
 
 
 def read_text_file(path, field: str, errors: str = "strict") -> str:
