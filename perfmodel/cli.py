@@ -224,7 +224,12 @@ def estimate(
         ("tokens/s/GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
         ("MFU", f"{est.mfu:.1%} (of the {mfu_peak_text(cluster.gpu)}"
                 + ("" if job.precision in ("bf16", "fp16") else f", not the {job.precision} one") + ")"),
-        ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:.0f} ({'fits' if est.fits else 'DOES NOT FIT'})"),
+        ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:.0f} "
+                       f"({'fits' if est.fits_gpu_memory else 'DOES NOT FIT'})"),
+        # offloaded activations live in host memory, which fits holds to its own limit
+        *([("host memory/GPU", f"{est.host_offload_gib:.1f} GiB offloaded of {est.host_memory_gib_per_gpu:.0f} "
+                               f"({'fits' if est.fits_host_memory else 'DOES NOT FIT'})")]
+          if par.offload_fraction > 0 else []),
     ]))
     typer.echo("time breakdown (s):")
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))

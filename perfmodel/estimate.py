@@ -233,6 +233,20 @@ class Estimate:
     notes: tuple[str, ...] = ()
     """What changes the answer without an error (``perfmodel.notes``): a stack or fabric without a
     profile, a borrowed kernel efficiency, what the stack cannot run (costed as a what-if)."""
+    hbm_capacity_gib: float = math.inf
+    """The GPU memory ``fits`` holds ``memory_gib`` to."""
+    host_offload_gib: float = 0.0
+    """Activations offloaded to host memory per GPU (``offload_fraction`` > 0), which ``fits`` also
+    holds to ``host_memory_gib_per_gpu``."""
+    host_memory_gib_per_gpu: float = math.inf
+
+    @property
+    def fits_gpu_memory(self) -> bool:
+        return self.memory_gib <= self.hbm_capacity_gib
+
+    @property
+    def fits_host_memory(self) -> bool:
+        return self.host_offload_gib <= self.host_memory_gib_per_gpu
 
     def to_dict(self) -> dict:
         return {
@@ -245,6 +259,7 @@ class Estimate:
             "memory_breakdown_gib": self.memory_breakdown_gib,
             "config": self.config,
             "notes": list(self.notes),
+            "host_offload_gib": self.host_offload_gib,
         }
 
 
@@ -340,4 +355,7 @@ def estimate(
             "sp": parallel.sp and parallel.tp > 1,  # as costed: sequence parallelism needs a TP group
         },
         notes=tuple(job_notes(job, cluster, cal, model) + capability_notes(model, cluster, parallel, job)),
+        hbm_capacity_gib=float(inputs["hbm_capacity_bytes"]) / GIB_BYTES,
+        host_offload_gib=float(first["host_offload_gib"]),
+        host_memory_gib_per_gpu=float(inputs["host_memory_bytes_per_gpu"]) / GIB_BYTES,
     )

@@ -388,8 +388,14 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     act_mb_bytes = act_layer * layers
     copy_s = f64["offload_fraction"] * act_mb_bytes / f64["host_link_bytes_per_s"]
     fwd_phase_s, bwd_phase_s = layers * (layer_f + cp_fwd_wait_s), layers * (layer_b + cp_bwd_wait_s)
-    offload_mb = np.maximum(copy_s - fwd_phase_s, 0.0) + np.maximum(copy_s - bwd_phase_s, 0.0)
-    offload_mb = np.where(f64["offload_fraction"] > 0, offload_mb, 0.0)
+    offloads = f64["offload_fraction"] > 0
+    offload_fwd_wait_s = np.where(offloads, np.maximum(copy_s - fwd_phase_s, 0.0), 0.0)
+    offload_bwd_wait_s = np.where(offloads, np.maximum(copy_s - bwd_phase_s, 0.0), 0.0)
+    offload_mb = offload_fwd_wait_s + offload_bwd_wait_s
+    # a phase that waits on its copy lasts as long as the copy, and what hides behind the phase (the DP
+    # reduction, the ZeRO gathers) hides behind all of it: a faster GPU that leaves more of the copy
+    # exposed leaves the phase as long, and exposes nothing more
+    fwd_hiding_s, bwd_hiding_s = fwd_phase_s + offload_fwd_wait_s, bwd_phase_s + offload_bwd_wait_s
 
     per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
     pp_slots = (pp - 1.0) / v
@@ -397,7 +403,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # of unequal stages, perfmodel.costs.pipeline_split.fill_drain_stage_s); per-micro-batch costs
     # every stage pays (the engine's overhead, offload copies) stay as they are
     busy_stage_s = busy_layers * layer_s + busy_logits * head_s
-    bubble_mb_s = per_mb - busy_stage_s + fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage_s)
+    fill_drain_s = fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage_s)
+    # the lighter stages copy and compute in proportion (their layers): their copies stay exposed in
+    # the same proportion, so a faster GPU that shortens the busiest stage's phases (and exposes more of
+    # its copy) shortens the bubble's slots too
+    light = np.where(busy_stage_s > 0, fill_drain_s / np.where(busy_stage_s > 0, busy_stage_s, 1.0), 1.0)
+    bubble_mb_s = per_mb - busy_stage_s - offload_mb + fill_drain_s + light * offload_mb
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------
     pp_stride = tp * cp * dp
@@ -442,8 +453,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     ar = coll("all_reduce", grad_bytes * params_gpu, dpc, dp_stride) if np.any(all_reduces) else 0.0
     rs = coll("reduce_scatter", grad_bytes * params_gpu, dpc, dp_stride) if np.any(sharded & ~all_reduces) else 0.0
     ag = coll("all_gather", 2.0 * params_gpu, dpc, dp_stride) if np.any(sharded) else 0.0
-    last_bwd = bwd_phase_s
-    first_fwd = fwd_phase_s
+    last_bwd = bwd_hiding_s
+    first_fwd = fwd_hiding_s
     # a pipeline engine that reduces after the last backward hides nothing (DeepSpeed's ReduceGrads)
     dp_overlap = np.where((pp > 1) & (f64["pp_reduces_after_backward"] > 0), 0.0, f64["dp_overlap"])
     dp_hidden_red = dp_overlap * last_bwd
@@ -454,7 +465,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     exposed_red1 = np.where(f64["zero1_all_reduce_grads"] > 0, exposed_red0,
                             np.maximum(rs - dp_hidden_red, 0.0)) + exposed_gather
     # ZeRO-2 reduces gradients every micro-batch (DeepSpeed stage 2); the last one is exposed
-    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * bwd_phase_s, 0.0) + np.maximum(
+    exposed_red2 = (n_micro - 1.0) * np.maximum(rs - dp_overlap * bwd_hiding_s, 0.0) + np.maximum(
         rs - dp_hidden_red, 0.0) + exposed_gather
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
@@ -489,7 +500,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         z3 = {key: z3_rows.put(0.0, val) for key, val in z3_sub.items()}
         # prefetch / overlap_comm hide each phase's collectives behind a fraction of that phase's compute
         psi = f64["zero3_overlap"]
-        fwd_compute, bwd_compute = fwd_phase_s, bwd_phase_s + recompute_mb
+        fwd_compute, bwd_compute = fwd_hiding_s, bwd_hiding_s + recompute_mb
         z3_fwd_first = np.maximum(z3["fwd_global_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"]
         z3_fwd_later = np.maximum(z3["fwd_secondary_s"] - psi * fwd_compute, 0.0) + z3["fwd_kernel_s"] * (hpz <= 0)
         z3_bwd = np.maximum(z3["bwd_s"] - psi * bwd_compute, 0.0) + z3["bwd_kernel_s"]

@@ -1,7 +1,11 @@
-"""What a fourth audit (a README walk-through) found: a misspelt required key of a model YAML was
-reported only as the missing key, and a what-if point with no structurally valid configuration did not
-say which rules rejected its candidates. Both now name what the user has to change."""
+"""What a fourth audit (a README walk-through and a property hunt) found: a misspelt required key of a
+model YAML was reported only as the missing key, a what-if point with no structurally valid configuration
+did not say which rules rejected its candidates, and a configuration whose offloaded activations overflow
+host memory said "DOES NOT FIT" next to a GPU memory that fits, the offloaded amount shown nowhere. Each
+now names what the user has to change."""
 from __future__ import annotations
+
+import json
 
 from typer.testing import CliRunner
 
@@ -38,3 +42,25 @@ def test_whatif_names_the_rules_that_left_a_point_without_configurations():
     assert "no structurally valid configuration: " in line
     # 12 GPUs with 32 heads, 32 layers and a batch of 64: every split breaks a divisibility rule
     assert "must divide" in line and "(" in line
+
+
+OFFLOAD = ["estimate", "--model", "gpt3-175b", "--gpu", "b200", "--gpus", "64", "--global-batch", "64", "--seq-len",
+           "32768", "--tp", "8", "--pp", "8", "--offload-fraction", "1.0", "--framework", "megatron-kwai",
+           "--recompute", "selective"]
+
+
+def test_offloaded_activations_over_the_host_limit_are_said_to_be_what_does_not_fit():
+    res = runner.invoke(app, OFFLOAD)
+    assert res.exit_code == 0, res.output
+    lines = {ln.strip().split("  ")[0]: ln for ln in res.output.splitlines() if "GiB" in ln}
+    assert "(fits)" in lines["memory/GPU"]
+    assert "offloaded of 128 (DOES NOT FIT)" in lines["host memory/GPU"]
+    doc = json.loads(runner.invoke(app, [*OFFLOAD, "--json"]).output)
+    assert doc["fits"] is False and doc["host_offload_gib"] > 128.0 and doc["memory_gib"] < 179.0
+
+
+def test_without_offloading_no_host_line_is_printed():
+    res = runner.invoke(app, OFFLOAD[:13] + ["--framework", "megatron-kwai"])
+    assert res.exit_code == 0, res.output
+    assert "host memory" not in res.output
+    assert json.loads(runner.invoke(app, OFFLOAD[:13] + ["--json"]).output)["host_offload_gib"] == 0.0

@@ -286,12 +286,19 @@ def test_nanotron_zero1_adds_the_parameter_gather_to_the_all_reduce(cfg):
 
 
 @settings(**SETTINGS)
-@given(configs(), st.sampled_from([1.25, 1.5, 2.0]), st.sampled_from(["attention", "hbm", "both"]))
-def test_a_faster_gpu_is_never_slower(cfg, factor, what):
+@given(configs(), st.sampled_from([1.25, 1.5, 2.0]), st.sampled_from(["attention", "hbm", "both"]),
+       st.sampled_from([0.0, 0.0, 0.5, 1.0]))
+def test_a_faster_gpu_is_never_slower(cfg, factor, what, offload):
     """Faster attention (its fraction of peak) or faster HBM never lengthens a step. With ring CP the
     exchange an attention no longer hides is exposed instead, and a phase lasts as long: the collectives
     that hide behind the phase (DP reduction, ZeRO gathers, offload copies) hide behind all of it
-    (GB300, GB200's silicon with faster attention, came out 1.9% slower on a CP 4 job)."""
+    (GB300, GB200's silicon with faster attention, came out 1.9% slower on a CP 4 job). Likewise a phase
+    that waits on its activation offload copy (H200 came out up to 4.6% slower than H100 with offloading
+    on: the shorter phases hid less of the DP reduction, and the bubble charged the longer exposed copy
+    on every slot). With offloading the bubble's lighter stages are taken to copy in proportion to their
+    time, which leaves a few 1e-4 of the step where the head's share of the last stage shifts."""
+    offload = offload if cfg.par.pp >= 3 else 0.0  # (activation offloading needs pp >= 3: Megatron-Kwai)
+    cfg = cfg.with_par(offload_fraction=offload)
     gpu = cfg.gpu
     update = {}
     if what in ("attention", "both"):  # (Blackwell Ultra's kind of speed-up: the flash kernels' exponentials)
@@ -300,4 +307,4 @@ def test_a_faster_gpu_is_never_slower(cfg, factor, what):
     if what in ("hbm", "both"):
         update["hbm_bandwidth_gb_per_s"] = gpu.hbm_bandwidth_gb_per_s * factor
     faster = Config(cfg.model, gpu.model_copy(update=update), cfg.par, cfg.job, cfg.scale_out, cfg.gpn)
-    assert run(faster).iteration_time_s <= run(cfg).iteration_time_s * (1 + 1e-9)
+    assert run(faster).iteration_time_s <= run(cfg).iteration_time_s * (1 + (1e-3 if offload else 1e-9))
