@@ -307,6 +307,9 @@ def calibrate(
     gpus_per_node: GpnOpt = None,
     scale_out_gbit_per_s: ScaleOutOpt = None,
     network: NetworkOpt = None,
+    calibration: Annotated[Optional[Path], typer.Option(
+        "--calibration", help="Calibrated profile to refine instead of the shipped one: what this run fits "
+        "replaces its values, the rest stays.")] = None,
 ):
     """Fit the model to measured inputs and write a calibrated profile (--calibration FILE applies it)."""
     from perfmodel.calibrate.command import run_calibration
@@ -315,7 +318,7 @@ def calibrate(
         run_calibration(
             gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
             gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
-            echo=typer.echo,
+            echo=typer.echo, base_path=calibration,
         )
     except (InputError, ValidationError) as exc:
         fail(exc)

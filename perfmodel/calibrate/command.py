@@ -178,9 +178,11 @@ def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
 def run_calibration(
     *, gpu: str, out: Path, nccl_tests=(), traces=(), logs=(), gemms=(), runs=(),
     gpus_per_node: int | None = None, scale_out_gbit_per_s: float | None = None, network: str | None = None,
-    echo=print, base: Calibration | None = None, pairs: Path | None = None,
+    echo=print, base: Calibration | None = None, pairs: Path | None = None, base_path: Path | None = None,
 ) -> Calibration:
-    """Parse everything first (any bad input raises before anything is written), fit, write."""
+    """Parse everything first (any bad input raises before anything is written), fit, write.
+    ``base_path``: a calibrated profile to refine (``calibrate --calibration``) instead of the shipped one:
+    what this run fits replaces its values, everything else it fitted stays."""
     from perfmodel.calibrate.parsers import (
         parse_gemm_csv, parse_kineto_trace, parse_nccl_tests_all, parse_training_log, read_runs_csv,
     )
@@ -202,7 +204,9 @@ def run_calibration(
     if not any((nccl_tests, traces, logs, gemms, runs)):
         raise InputError("inputs", "give at least one of --nccl-tests, --trace, --log, --gemm, --runs")
     check_inputs_and_out(out, {"nccl-tests": nccl_tests, "trace": traces, "log": logs, "gemm": gemms,
-                               "runs": runs})
+                               "runs": runs, "calibration": [base_path] if base_path is not None else []})
+    if base_path is not None:
+        base = load_calibration(base_path)
     inputs: list[dict] = []
     parsed_nccl = [(p, parse_nccl_tests_all(p)) for p in map(Path, nccl_tests)]
     parsed_traces = [(p, parse_kineto_trace(p)) for p in map(Path, traces)]
@@ -407,7 +411,7 @@ def run_calibration(
         # every fit was refused (on its bound, nothing usable): a profile would only restate the base one
         raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see above); no profile written")
     provenance = {
-        **base_record(base),
+        **base_record(base, base_path),
         **records,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "gpu": spec.name,

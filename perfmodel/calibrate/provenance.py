@@ -35,13 +35,14 @@ def rel(path: Path) -> str:
         return str(path)
 
 
-def base_record(base: Calibration | None) -> dict:
-    """How the written profile names what it started from. The command's base, the shipped profile,
-    by path and SHA-256 (None when the checkout has none: datasheet values); a base handed in as an
-    object (``calibration/refit.py`` assembles one from the collectives fit) by the description its
-    caller gave it, less any fit records of an earlier calibrate run."""
-    if base is None:
-        path = DEFAULT_PROFILE_PATH
+def base_record(base: Calibration | None, base_path=None) -> dict:
+    """How the written profile names what it started from. The command's base, the shipped profile or
+    the file given to ``--calibration`` (``base_path``), by path and SHA-256 (None when the checkout has
+    no shipped profile: datasheet values); a base handed in as an object (``calibration/refit.py``
+    assembles one from the collectives fit) by the description its caller gave it, less any fit
+    records of an earlier calibrate run."""
+    if base is None or base_path is not None:
+        path = Path(base_path) if base_path is not None else DEFAULT_PROFILE_PATH
         return {"base_profile": {"path": rel(path), "sha256": sha256_of(path)} if path.is_file() else None}
     return {k: v for k, v in base.provenance.items() if k not in RUN_RECORDS}
 

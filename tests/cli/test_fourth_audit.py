@@ -2,10 +2,16 @@
 model YAML was reported only as the missing key, a what-if point with no structurally valid configuration
 did not say which rules rejected its candidates, and a configuration whose offloaded activations overflow
 host memory said "DOES NOT FIT" next to a GPU memory that fits, the offloaded amount shown nowhere. Each
-now names what the user has to change."""
+now names what the user has to change. And a calibrated profile could not be refined by a later calibrate
+run (``calibrate --calibration BASE``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
 
 from typer.testing import CliRunner
 
@@ -64,3 +70,43 @@ def test_without_offloading_no_host_line_is_printed():
     assert res.exit_code == 0, res.output
     assert "host memory" not in res.output
     assert json.loads(runner.invoke(app, OFFLOAD[:13] + ["--json"]).output)["host_offload_gib"] == 0.0
+
+
+RUNS = Path(__file__).resolve().parents[2] / "calibration" / "data" / "runs" / "calibration_runs.csv"
+
+
+def test_calibrate_refines_a_calibrated_profile_and_names_it_as_its_base(tmp_path):
+    peak = 989e12  # H100 SXM5 dense bf16: GEMMs measured at 60% of it
+    rows = ["m,n,k,dtype,time_us"] + [f"{s},{s},{k},bf16,{2 * s * s * k / (0.6 * peak) * 1e6:.3f}"
+                                       for s in (1024, 2048, 4096, 8192) for k in (1024, 4096, 8192)]
+    gemm = tmp_path / "g.csv"
+    gemm.write_text("\n".join(rows) + "\n")
+    runs = tmp_path / "r.csv"
+    pd.read_csv(RUNS).query("run_id.str.startswith('kwai')", engine="python").head(10).to_csv(runs, index=False)
+    first, second = tmp_path / "p1.yaml", tmp_path / "p2.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", str(gemm), "--out", str(first)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["calibrate", "--gpu", "h800-sxm5-80gb", "--runs", str(runs), "--calibration", str(first),
+                              "--out", str(second)])
+    assert res.exit_code == 0, res.output
+    p1, p2 = yaml.safe_load(first.read_text()), yaml.safe_load(second.read_text())
+    # the first run's GEMM fit is kept, the second run's stack fit added, the first profile named as the base
+    fitted = p1["gpus"]["h100-sxm5-80gb"]["matmul_efficiency_max"]
+    assert fitted == pytest.approx(0.655, abs=0.05)
+    assert p2["gpus"]["h100-sxm5-80gb"]["matmul_efficiency_max"] == fitted
+    assert p2["frameworks"]["megatron-kwai"]["kernel_efficiency"] != p1["frameworks"]["megatron-kwai"]["kernel_efficiency"]
+    assert p2["provenance"]["base_profile"]["path"].endswith("p1.yaml")
+    assert len(p2["provenance"]["base_profile"]["sha256"]) == 64
+
+
+def test_calibrate_does_not_write_over_its_base(tmp_path):
+    runs = tmp_path / "r.csv"
+    pd.read_csv(RUNS).query("run_id.str.startswith('kwai')", engine="python").head(10).to_csv(runs, index=False)
+    base = tmp_path / "p.yaml"
+    assert runner.invoke(app, ["calibrate", "--gpu", "h800-sxm5-80gb", "--runs", str(runs), "--out", str(base)]).exit_code == 0
+    before = base.read_bytes()
+    res = runner.invoke(app, ["calibrate", "--gpu", "h800-sxm5-80gb", "--runs", str(runs), "--calibration", str(base),
+                              "--out", str(base)])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "--calibration input" in lines[0], res.output
+    assert base.read_bytes() == before
