@@ -345,6 +345,14 @@ HPZ_NODES = Rule(
     40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
     lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
     ("gpus_per_node", "gpus"))
+#: DeepSpeed groups the hpZ secondary partition by consecutive global ranks, whatever the model-parallel
+#: layout (deepspeed/utils/groups.py _create_zero_param_parallel_group: range(i * size, (i + 1) * size),
+#: "TODO: assert that MPU is not set"): with TP ranks adjacent, such a group would hold different tensor
+#: shards. Ulysses' sequence ranks hold the same weights and may share a group.
+HPZ_TP = Rule(
+    41, "zeropp", "hpz needs tp = 1: DeepSpeed's hpZ groups are consecutive ranks, which under tensor parallelism "
+    "hold different tensor shards",
+    lambda x: (np.asarray(x.get("hpz", 0)) > 0) & (x["tp"] > 1), ("tp",))
 
 #: sequence parallelism splits each CP rank's tokens of a sequence evenly over the TP ranks (Megatron-Core
 #: tensor_parallel/mappings.py _split_along_first_dim / _reduce_scatter_along_first_dim assert "First dimension
@@ -363,7 +371,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SE
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
-                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ)
+                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ, HPZ_TP)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

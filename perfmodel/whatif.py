@@ -39,7 +39,7 @@ from perfmodel.errors import InputError, from_validation_error
 from perfmodel.estimate import build_inputs, check_config, check_precision, config_arrays
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.notes import capability_notes_many, job_notes
-from perfmodel.rules import HPZ_NODES, ZEROPP_STACK, default_zero_stage
+from perfmodel.rules import HPZ_NODES, HPZ_TP, ZEROPP_STACK, default_zero_stage
 from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
@@ -231,7 +231,7 @@ def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zp
         best = best[best["zeropp"] == ZEROPP_ALL]
     if not considered.any():
         why = "no structurally valid configuration" + (f" with {ZEROPP_ALL} on ZeRO-3" if zpp else "")
-        for rule in (HPZ_NODES, ZEROPP_STACK):
+        for rule in (HPZ_NODES, ZEROPP_STACK, HPZ_TP):
             if zpp and rule.reason in res.rejected:
                 why += f" ({rule.reason})"
         if not zpp and res.rejected:

@@ -9,8 +9,9 @@ Flag and key names are the projects' own (checked against their sources):
   --recompute-granularity {full,selective}, --recompute-method {uniform,block},
   --recompute-num-layers, --use-distributed-optimizer, --use-megatron-fsdp,
   --data-parallel-sharding-strategy {no_shard,optim,optim_grads,optim_grads_params},
-  --ckpt-format fsdp_dtensor, --fp8-format {e4m3,hybrid}, --fp8-recipe, --fp4-format e2m1,
-  --overlap-p2p-communication (validate_args: an interleaved schedule without it needs pp > 2).
+  --ckpt-format fsdp_dtensor, --fp8-format {e4m3,hybrid}, --fp8-recipe, --fp4-format e2m1. Pipeline
+  send/recv overlap is on by default there (only --no-overlap-p2p-communication exists, store_false), which
+  validate_args needs for an interleaved schedule on 2 stages, so nothing is emitted for it.
 * Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed ``megatron/arguments.py``): --num-key-value-heads,
   --use-rotary-position-embeddings, --ds-sequence-parallel-size (DeepSpeed-Ulysses; "Cannot be combined
   with --sequence-parallel"), --zero-stage, --no-pipeline-parallel (DeepSpeed's PipelineModule is used
@@ -105,8 +106,6 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     if c["vpp"] > 1:
         per_stage = (L + 2 if account else L) // c["pp"]
         f += ["--num-layers-per-virtual-pipeline-stage", str(per_stage // c["vpp"])]
-        if c["pp"] == 2:  # validate_args: interleaving without p2p overlap asserts pp > 2
-            f += ["--overlap-p2p-communication"]
     if c["sp"] and c["tp"] > 1:
         f += ["--sequence-parallel"]
     f += _batch_recompute_flags(job, c)
@@ -271,6 +270,11 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         "zero_quantized_gradients": "qgz" in c["zeropp"],
     }
     cfg["zero_optimization"] = zero
+    if deepspeed_alone(job) and c["cp"] > 1 and c["cp_kind"] == "ulysses":
+        # without an mpu DeepSpeed divides the world by this key for its data-parallel size (runtime/config.py
+        # DeepSpeedConfig: world_size = get_world_size() / config["sequence_parallel_size"]), which the batch
+        # check then uses; Ulysses' sequence ranks hold the same weights and are ZeRO ranks too
+        cfg["sequence_parallel_size"] = c["cp"]
     if autotp(job, c):
         # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training); its
         # batch check counts every rank when no mpu is given, so the batch is stated per data-parallel rank only
@@ -349,7 +353,10 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         if not model.learned_pos_emb and not megatron_deepspeed(job):
             notes.append("the rotary base is not part of the costed shape: add your model's --rotary-base "
                          "(Llama 3: 500000; Megatron's default is 10000)")
-        if (c["tp"] > 1 or c["cp"] > 1) and not megatron_deepspeed(job):
+        if c["zero"] >= 2 and not megatron_deepspeed(job):
+            notes.append("do not export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron-FSDP (--use-megatron-fsdp) needs it "
+                         "unset or above 1 (validate_args), also with tp or cp > 1")
+        elif (c["tp"] > 1 or c["cp"] > 1) and not megatron_deepspeed(job):
             notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching: Megatron expects it with tp or "
                          "cp > 1 on GPUs before Blackwell (kernel order that its communication overlap relies on)")
         if megatron_deepspeed(job):
@@ -358,8 +365,8 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                 notes.append(f"{job.precision} was costed: Megatron-DeepSpeed has no Transformer Engine "
                              "low-precision switch; --bf16 is emitted")
         elif c["vpp"] > 1 and c["pp"] == 2:
-            notes.append("--overlap-p2p-communication is required by Megatron with interleaving on 2 pipeline "
-                         "stages; the costed pipeline communication overlap is the stack's usual one")
+            notes.append("keep Megatron's default pipeline send/recv overlap (do not add --no-overlap-p2p-communication): "
+                         "validate_args refuses interleaving on 2 pipeline stages without it")
         if not megatron_deepspeed(job) and model.n_layers % c["pp"] and (model.n_layers + 2) % c["pp"]:
             notes.append(f"pp={c['pp']} splits {model.n_layers} layers unevenly, as {job.framework or 'the stack'} "
                          "does: Megatron-LM needs pp to divide them, or --decoder-first-pipeline-num-layers / "
@@ -385,8 +392,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append("ring context parallelism was costed: DeepSpeed has none (its sequence parallelism is "
                          "Ulysses' all-to-all)")
         if autotp(job, c):
-            notes.append(f"train_batch_size is left out: DeepSpeed completes it from the micro-batch and accumulation "
-                         f"(dp={c['dp']} data-parallel ranks, global batch {job.global_batch})")
+            notes.append(f"train_batch_size is left out: without an mpu DeepSpeed's batch check counts every rank "
+                         f"(tp x dp); the costed global batch is {job.global_batch} sequences = micro-batch {c['mb']} x "
+                         f"{job.global_batch // (c['mb'] * c['dp'])} accumulation steps x dp={c['dp']}")
         if job.precision not in ("bf16", "fp16"):
             notes.append(f"{job.precision} GEMMs come from Transformer Engine in the model code: the JSON has no "
                          "switch for them and enables bf16")

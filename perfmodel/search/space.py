@@ -215,7 +215,8 @@ def zeropp_names(configs: dict[str, np.ndarray]) -> np.ndarray:
 def expand_zeropp(space: Space, cluster: ClusterSpec, framework: str | None = None) -> Space:
     """Every ZeRO-3 configuration of ``space`` times the 8 on/off combinations of qwZ, hpZ, qgZ;
     other stages keep them off. A rejected combination is counted under its reason: hpZ without whole
-    nodes, or any part under a stack without ZeRO++ (``rules.ZEROPP_STACK``)."""
+    nodes, any part under a stack without ZeRO++ (``rules.ZEROPP_STACK``), hpZ with tensor parallelism
+    (``rules.HPZ_TP``)."""
     c = space.configs
     z3 = c["zero_stage"] == 3
     base = {k: v[~z3] for k, v in c.items()}
@@ -233,6 +234,10 @@ def expand_zeropp(space: Space, cluster: ClusterSpec, framework: str | None = No
     if stack.any():
         rejected[rules.ZEROPP_STACK.reason] = rejected.get(rules.ZEROPP_STACK.reason, 0) + int(stack.sum())
     bad = bad | stack
+    tp_split = np.asarray(rules.HPZ_TP.broken(grid), dtype=bool) & ~bad
+    if tp_split.any():
+        rejected[rules.HPZ_TP.reason] = rejected.get(rules.HPZ_TP.reason, 0) + int(tp_split.sum())
+    bad = bad | tp_split
     grid = _keep(grid, ~bad)
     configs = {k: np.concatenate([base[k], grid[k]]) for k in base}
     return Space(n_gpus=space.n_gpus, configs=configs, rejected=rejected)

@@ -421,5 +421,5 @@ def test_an_uneven_interleaved_two_stage_pipeline_gets_both_notes():
     row = dict(tp=1, pp=2, dp=4, cp=1, vpp=2, micro_batch=1, sp=False, zero_stage=0, zeropp="", recompute="none")
     model = pm.load_model("llama3-8b").model_copy(update={"n_layers": 31})
     notes = emit_notes("megatron", model, pm.JobSpec(global_batch=64, seq_len=2048, framework="nanotron"), row)
-    assert any("--overlap-p2p-communication" in n for n in notes)
+    assert any("--no-overlap-p2p-communication" in n for n in notes)
     assert any("--decoder-first-pipeline-num-layers" in n for n in notes)
