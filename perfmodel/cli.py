@@ -224,7 +224,7 @@ def estimate(
         ("tokens/s/GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
         ("MFU", f"{est.mfu:.1%} (of the {mfu_peak_text(cluster.gpu)}"
                 + ("" if job.precision in ("bf16", "fp16") else f", not the {job.precision} one") + ")"),
-        ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:.0f} "
+        ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:g} "
                        f"({'fits' if est.fits_gpu_memory else 'DOES NOT FIT'})"),
         # offloaded activations live in host memory, which fits holds to its own limit
         *([("host memory/GPU", f"{est.host_offload_gib:.1f} GiB offloaded of {est.host_memory_gib_per_gpu:.0f} "

@@ -104,7 +104,7 @@ def render(data: ReportData, images: dict[str, bytes]) -> str:
             note="Communication is the part not hidden behind compute; the bars sum to the iteration time.")),
         ("memory", "Memory", H.section(
             "memory", "Memory per GPU", H.image(images["memory"], "memory breakdown per candidate"),
-            note=f"Against the {c.gpu.hbm_capacity_gib:.0f} GiB of HBM per GPU (dashed line).")),
+            note=f"Against the {c.gpu.hbm_capacity_gib:g} GiB of HBM per GPU (dashed line).")),
         ("heatmap", "TP x PP", H.section(
             "heatmap", "TP x PP map", H.image(images["heatmap"], "best throughput per tp and pp"),
             note="Each cell: the fastest configuration with that tp and pp over every other axis; "

@@ -36,7 +36,7 @@ def cluster_rows(cluster: ClusterSpec) -> Rows:
     return [
         ("GPU", f"{gpu.display_name} ({gpu.name})"),
         ("GPUs", f"{cluster.n_gpus:,} ({nodes:,} node{'s' if nodes > 1 else ''} x {cluster.gpus_per_node}{part})"),
-        ("HBM per GPU", f"{gpu.hbm_capacity_gib:.0f} GiB, {gpu.hbm_bandwidth_gb_per_s:,.0f} GB/s"),
+        ("HBM per GPU", f"{gpu.hbm_capacity_gib:g} GiB, {gpu.hbm_bandwidth_gb_per_s:,.0f} GB/s"),
         (f"dense 16-bit ({mfu_precision}) peak", f"{mfu_tflop:,.0f} TFLOP/s (MFU is relative to it, whatever "
                                                  "the training precision)"),
         ("NVLink per GPU", f"{gpu.intra_node_bandwidth_gb_per_s:,.0f} GB/s (domain {cluster.nvlink_domain_gpus} GPUs)"),

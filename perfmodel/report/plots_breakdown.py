@@ -51,7 +51,7 @@ def memory_breakdown_figure(candidates: pd.DataFrame, hbm_capacity_gib: float) -
     for yi, total in zip(y, totals):
         ax.text(total, yi, f"  {total:.1f} GiB ({total / hbm_capacity_gib:.0%})", va="center", fontsize=8.5)
     ax.axvline(hbm_capacity_gib, color=SERIES["capacity"], linestyle="--", linewidth=1.5,
-               label=f"HBM capacity {hbm_capacity_gib:.0f} GiB")
+               label=f"HBM capacity {hbm_capacity_gib:g} GiB")
     ax.set_xlim(0, max(hbm_capacity_gib, totals.max() if totals.size else 0) * 1.22)
     ax.set_xlabel("memory per GPU (GiB)")
     ax.set_title("What fills GPU memory (per GPU, peak)", loc="left", fontsize=11)

@@ -117,7 +117,7 @@ def recommend(
         if mems:
             least = min(float(m.min()) for m in mems)
             why = (f"none of the {res.n_evaluated:,} structurally valid configurations fits in memory (the "
-                   f"smallest needs {least:.1f} GiB per GPU, the GPU has {cluster.gpu.hbm_capacity_gib:.0f})")
+                   f"smallest needs {least:.1f} GiB per GPU, the GPU has {cluster.gpu.hbm_capacity_gib:g})")
         else:
             reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
             why = "no structurally valid configuration: " + "; ".join(f"{k} ({v:,})" for k, v in reasons)
