@@ -167,6 +167,14 @@ def estimate(
                                      f"({ds.autotp_size}); give one or the other")
                 tp = ds.autotp_size
                 sp = sp if given_on_command_line(ctx, "sp") else False  # AutoTP shards the layers, not the sequence
+            if ds.sequence_parallel_size is not None:  # DeepSpeed-Ulysses over that many ranks
+                if given_on_command_line(ctx, "cp") and cp != ds.sequence_parallel_size:
+                    raise InputError("cp", f"--cp {cp} contradicts deepspeed_config.sequence_parallel_size "
+                                     f"({ds.sequence_parallel_size}); give one or the other")
+                if given_on_command_line(ctx, "cp_kind") and cp_kind.strip().lower() != "ulysses":
+                    raise InputError("cp_kind", f"--cp-kind {cp_kind} contradicts deepspeed_config."
+                                     "sequence_parallel_size (DeepSpeed-Ulysses); give one or the other")
+                cp, cp_kind = ds.sequence_parallel_size, "ulysses"
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
@@ -227,7 +235,7 @@ def estimate(
         ("memory/GPU", f"{est.memory_gib:.1f} GiB of {cluster.gpu.hbm_capacity_gib:g} "
                        f"({'fits' if est.fits_gpu_memory else 'DOES NOT FIT'})"),
         # offloaded activations live in host memory, which fits holds to its own limit
-        *([("host memory/GPU", f"{est.host_offload_gib:.1f} GiB offloaded of {est.host_memory_gib_per_gpu:.0f} "
+        *([("host memory/GPU", f"{est.host_offload_gib:.1f} GiB offloaded of {est.host_memory_gib_per_gpu:g} "
                                f"({'fits' if est.fits_host_memory else 'DOES NOT FIT'})")]
           if par.offload_fraction > 0 else []),
     ]))

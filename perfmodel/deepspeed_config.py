@@ -8,7 +8,9 @@ and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306
   ``zero_quantized_gradients`` (qgZ) -- all three need stage 3;
 - ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, ``train_batch_size``;
 - ``bf16.enabled`` / ``fp16.enabled``;
-- ``tensor_parallel.autotp_size`` (AutoTP training: the tensor-parallel size; ZeRO 0-2 only).
+- ``tensor_parallel.autotp_size`` (AutoTP training: the tensor-parallel size; ZeRO 0-2 only);
+- ``sequence_parallel_size`` (DeepSpeed-Ulysses without an mpu: the context-parallel size, by which
+  DeepSpeed divides the world for the data-parallel size of its batch check, runtime/config.py).
 
 Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, bucket sizes,
 logging ...) are listed in ``IGNORED_*`` and skipped. Anything else is an error, as is a
@@ -27,7 +29,7 @@ from perfmodel.structured_text import load_json
 PREFIX = "deepspeed_config"
 
 USED_TOP = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-            "train_batch_size", "bf16", "fp16", "tensor_parallel"}
+            "train_batch_size", "bf16", "fp16", "tensor_parallel", "sequence_parallel_size"}
 #: AutoTP training (DeepSpeed >= 0.16.4, deepspeed.ai/tutorials/autotp-training): "tensor_parallel":
 #: {"autotp_size": N} shards the linear layers over N ranks; it composes with ZeRO stage 0, 1 or 2
 USED_TP = {"autotp_size"}
@@ -64,6 +66,8 @@ class DeepSpeedSettings:
     autotp_size: int | None = None
     #: communication_data_type when given (a 16-bit type: another is refused when the config is read)
     communication_data_type: str | None = None
+    #: sequence_parallel_size above 1: DeepSpeed-Ulysses over that many ranks (None: not given, or 1)
+    sequence_parallel_size: int | None = None
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
         """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
@@ -203,6 +207,11 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     if not reduce_scatter and stage in (1, 2):
         raise InputError(f"{PREFIX}.zero_optimization.reduce_scatter", f"false (an all-reduce of the gradients under "
                          f"ZeRO-{stage}) is not modelled; ZeRO-1/2 are costed with DeepSpeed's default reduce-scatter")
+    ulysses = _pos_int(data, "sequence_parallel_size", PREFIX)
+    if ulysses is not None and ulysses > 1 and autotp is not None:
+        raise InputError(f"{PREFIX}.sequence_parallel_size", f"Ulysses ({ulysses} ranks) beside AutoTP "
+                         f"(tensor_parallel.autotp_size {autotp}) is not modelled: AutoTP composes with data "
+                         "parallelism and ZeRO only")
     return DeepSpeedSettings(
         zero_stage=int(stage),
         zeropp=frozenset(parts),
@@ -213,6 +222,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         precision=precision,
         autotp_size=autotp,
         communication_data_type=comm,
+        sequence_parallel_size=ulysses if ulysses is not None and ulysses > 1 else None,
     )
 
 

@@ -400,8 +400,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     per_mb = compute_mb + recompute_mb + tp_mb + cp_mb + offload_mb
     pp_slots = (pp - 1.0) / v
     # the bubble's (p - 1) slots run at the pace of the stages other than the busiest (fill and drain
-    # of unequal stages, perfmodel.costs.pipeline_split.fill_drain_stage_s); per-micro-batch costs
-    # every stage pays (the engine's overhead, offload copies) stay as they are
+    # of unequal stages, perfmodel.costs.pipeline_split.fill_drain_stage_s); the engine's per-micro-batch
+    # overhead, which every stage pays, stays as it is, the exposed offload copies scale with the stages (below)
     busy_stage_s = busy_layers * layer_s + busy_logits * head_s
     fill_drain_s = fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage_s)
     # the lighter stages copy and compute in proportion (their layers): their copies stay exposed in

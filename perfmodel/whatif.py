@@ -44,6 +44,7 @@ from perfmodel.search.engine import run_search
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
 from perfmodel.step import stack_inputs, step_costs
+from perfmodel.units import GIB_BYTES
 
 Mode = Literal["fixed", "best"]
 
@@ -214,7 +215,12 @@ def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool
         for i, r in enumerate(where):
             rows[r].update({k: (bool(out[k][i]) if k == "fits" else float(out[k][i])) for k in METRIC_COLUMNS})
             if not rows[r]["fits"]:
-                rows[r].update(status="no fit", reason=f"needs {rows[r]['memory_gib']:.1f} GiB per GPU")
+                cap_gib = inputs[i]["hbm_capacity_bytes"] / GIB_BYTES
+                host_gib, host_cap_gib = float(out["host_offload_gib"][i]), inputs[i]["host_memory_bytes_per_gpu"] / GIB_BYTES
+                why = (f"offloads {host_gib:.1f} GiB per GPU to host memory, over its {host_cap_gib:g} GiB"
+                       if rows[r]["memory_gib"] <= cap_gib and host_gib > host_cap_gib
+                       else f"needs {rows[r]['memory_gib']:.1f} GiB per GPU")
+                rows[r].update(status="no fit", reason=why)
     return rows
 
 

@@ -81,6 +81,7 @@ def recommend(
     from perfmodel.search.emit import emit as emit_text
     from perfmodel.search.emit import emit_notes, megatron_overlap_hint
     from perfmodel.search.engine import OBJECTIVES, run_search
+    from perfmodel.search.space import HOST_MEMORY_REASON
     from perfmodel.search.explain import describe, explain
 
     try:
@@ -118,6 +119,8 @@ def recommend(
             least = min(float(m.min()) for m in mems)
             why = (f"none of the {res.n_evaluated:,} structurally valid configurations fits in memory (the "
                    f"smallest needs {least:.1f} GiB per GPU, the GPU has {cluster.gpu.hbm_capacity_gib:g})")
+            if res.rejected.get(HOST_MEMORY_REASON):  # some fit the GPU but offload more than the host holds
+                why += f"; {res.rejected[HOST_MEMORY_REASON]:,} of them {HOST_MEMORY_REASON}"
         else:
             reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
             why = "no structurally valid configuration: " + "; ".join(f"{k} ({v:,})" for k, v in reasons)

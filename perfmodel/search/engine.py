@@ -22,8 +22,8 @@ from perfmodel import rules
 from perfmodel.errors import InputError
 from perfmodel.estimate import build_inputs, check_precision
 from perfmodel.search.space import (
-    HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, Space, enumerate_space, expand_zeropp,
-    zeropp_names,
+    HOST_MEMORY_REASON, HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, Space, enumerate_space,
+    expand_zeropp, zeropp_names,
 )
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.step import MEMORY_PARTS, STEP_INPUTS, TIME_PARTS, op_input_keys, step_costs
@@ -267,7 +267,7 @@ def run_search(
             # infeasibility with its reason: fits without the hpZ secondary copy, not with it
             cap_gib = c.gpu.hbm_capacity_bytes / 2**30
             hpz_only = ~metrics["fits"] & (metrics["memory_gib"] - metrics["hpz_secondary_gib"] <= cap_gib) & (
-                space.configs["hpz"] > 0)
+                space.configs["hpz"] > 0) & (metrics["memory_gib"] > cap_gib)
             if hpz_only.any():
                 rejected[HPZ_MEMORY_REASON] = rejected.get(HPZ_MEMORY_REASON, 0) + int(hpz_only.sum())
                 ev_unfit_hpz = int(hpz_only.sum())
@@ -275,7 +275,12 @@ def run_search(
                 ev_unfit_hpz = 0
         else:
             ev_unfit_hpz = 0
-        n_unfit = int((~metrics["fits"]).sum()) - ev_unfit_hpz
+        # offloaded activations over the host's per-GPU limit, in a configuration whose GPU memory fits
+        host_only = ~metrics["fits"] & (metrics["memory_gib"] * 2**30 <= template["hbm_capacity_bytes"])
+        n_host = int(host_only.sum()) if space.size else 0
+        if n_host:
+            rejected[HOST_MEMORY_REASON] = rejected.get(HOST_MEMORY_REASON, 0) + n_host
+        n_unfit = int((~metrics["fits"]).sum()) - ev_unfit_hpz - n_host
         if n_unfit:
             rejected["does not fit in GPU memory"] = rejected.get("does not fit in GPU memory", 0) + n_unfit
     bar.close()

@@ -202,6 +202,8 @@ def structural_violations(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
 ZEROPP_KEYS = ZEROPP_ORDER
 #: memory rejection reported apart from the generic one: fits without, not with, the hpZ copy
 HPZ_MEMORY_REASON = "does not fit in GPU memory with the hpZ secondary partition (+2 Psi / alpha per GPU)"
+#: memory rejection of an offloading configuration whose GPU memory fits: the host memory does not
+HOST_MEMORY_REASON = "offloads more activations to host memory than its per-GPU limit"
 
 
 def zeropp_names(configs: dict[str, np.ndarray]) -> np.ndarray:

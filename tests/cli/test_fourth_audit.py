@@ -110,3 +110,42 @@ def test_calibrate_does_not_write_over_its_base(tmp_path):
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "--calibration input" in lines[0], res.output
     assert base.read_bytes() == before
+
+
+def test_whatif_and_the_search_say_when_host_memory_is_what_does_not_fit():
+    from perfmodel.search import run_search
+    from perfmodel.search.space import HOST_MEMORY_REASON
+
+    res = runner.invoke(app, ["whatif", "--model", "gpt3-175b", "--gpu", "b200", "--gpus", "64", "--global-batch", "64",
+                              "--seq-len", "32768", "--framework", "megatron-kwai", "--mode", "fixed", "--tp", "8",
+                              "--pp", "8", "--recompute", "selective", "--offload-fraction", "1.0",
+                              "--vary", "gpu=b200,h200-sxm-141gb"])
+    assert "offloads 133.9 GiB per GPU to host memory, over its 128 GiB" in res.output, res.output
+    assert "needs 70.2 GiB" not in res.output
+    import perfmodel as pm
+
+    cluster = pm.ClusterSpec.build(pm.load_gpu("b200"), 64, 8)
+    found = run_search(pm.load_model("gpt3-175b"), cluster, pm.JobSpec(global_batch=64, seq_len=32768,
+                                                                       framework="megatron-kwai"), top=1)
+    assert found.rejected.get(HOST_MEMORY_REASON, 0) > 0
+    assert found.rejected.get("does not fit in GPU memory", 0) > 0
+
+
+def test_a_ulysses_deepspeed_config_as_emitted_is_read_back(tmp_path):
+    import perfmodel as pm
+    from perfmodel.search.emit import deepspeed_config
+
+    row = dict(tp=1, pp=1, dp=8, cp=8, vpp=1, micro_batch=1, sp=False, zero_stage=3, zeropp="", recompute="full",
+               cp_kind="ulysses", gpus_per_node=8)
+    cfg = deepspeed_config(pm.load_model("llama3-8b"), pm.JobSpec(global_batch=64, seq_len=65536, framework="deepspeed"),
+                           row)
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(cfg))
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--seq-len", "65536",
+            "--global-batch", "64", "--deepspeed-config", str(path), "--recompute", "full"]
+    doc = json.loads(runner.invoke(app, [*base, "--json"]).output)
+    assert doc["config"]["cp"] == 8 and doc["config"]["cp_kind"] == "ulysses" and doc["config"]["dp"] == 8
+    for extra, field in ((["--cp", "4"], "cp"), (["--cp-kind", "ring"], "cp_kind")):
+        res = runner.invoke(app, [*base, *extra])
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:"), res.output
