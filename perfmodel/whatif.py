@@ -14,7 +14,8 @@ the configuration (fixed, or the best one found), ``iteration_time_s``, ``tokens
 ``reason`` (why a point is invalid or does not fit) and ``note`` (what the stack cannot run, for a
 fixed configuration that is costed as a what-if all the same; '' where nothing). Everything not swept
 stays as in the base cluster and job (the network stays when the GPU changes). Infeasible points are
-rows with a status, never exceptions. ``df.attrs["notes"]``: the job's notes (``perfmodel.notes``).
+rows with a status, never exceptions. ``df.attrs["notes"]``: the notes of the points costed (``perfmodel.notes``),
+once each.
 
 * ``mode="fixed"`` costs one configuration at every point: its tp/pp/cp/vpp/micro-batch/sp/ZeRO/
   recompute are kept and dp is re-derived from the point's GPU count. The inputs of every point
@@ -305,6 +306,10 @@ def whatif(
     for col in (*INT_CONFIG_COLUMNS, "gpus_per_node"):  # whole numbers, blank (NA) where a point has none
         df[col] = df[col].astype("Int64")
     cal = calibration if calibration is not None else load_calibration(None)
-    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0,
-                    notes=job_notes(job, cluster, cal, model))
+    # the notes of every point costed (a swept sequence length, GPU or network changes what they say),
+    # once each in the sweep's order; the job's own where no point is
+    valid = [p for p in points if not p.invalid and p.job is not None and p.cluster is not None]
+    notes = list(dict.fromkeys(n for p in valid for n in job_notes(p.job, p.cluster, p.calibration or cal, model))) \
+        if valid else job_notes(job, cluster, cal, model)
+    df.attrs.update(sweep=names, mode=mode, elapsed_s=time.perf_counter() - t0, notes=notes)
     return df

@@ -185,5 +185,8 @@ def whatif_command(
         if out is not None and feasible:
             typer.echo(f"wrote {out / 'whatif.csv'} and {out / 'whatif.png'}")
     if not feasible:
-        reasons = "; ".join(sorted(set(df.get("reason", pd.Series(dtype=str)).dropna().astype(str))))[:300]
+        # each point's reason, in the sweep's order (once each), named by its point
+        named = [f"{', '.join(f'{k}={row[k]}' for k in sweep)}: {row['reason']}"
+                 for _, row in df.iterrows() if str(row.get("reason", "") or "").strip() and str(row["reason"]) != "nan"]
+        reasons = "; ".join(dict.fromkeys(named))[:300]
         nothing_usable(f"no point of the sweep is feasible{': ' + reasons if reasons else ''}")

@@ -376,7 +376,9 @@ def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
         if not fits.any():
             continue
         t = np.where(fits, ev.metrics["tokens_per_s_per_gpu"], -np.inf)
-        i = int(np.argmax(t))
+        # the fastest, ties broken as ``best_first`` breaks them for recommend: less memory first
+        fit_rows = np.flatnonzero(fits)
+        i = int(fit_rows[np.lexsort((ev.metrics["memory_gib"][fit_rows], -t[fit_rows]))[0]])
         recs.append({
             "n_gpus": ev.n_gpus,
             **{k: int(ev.configs[k][i]) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},

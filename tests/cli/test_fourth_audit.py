@@ -149,3 +149,33 @@ def test_a_ulysses_deepspeed_config_as_emitted_is_read_back(tmp_path):
         res = runner.invoke(app, [*base, *extra])
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
         assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {field}:"), res.output
+
+
+def test_the_best_per_gpu_count_breaks_ties_as_recommend_does():
+    """A tie in throughput (ZeRO-2 and ZeRO-3 at the same step time under NeMo) went to whichever row came
+    first in the report's scaling table and the Pareto front, to the one with less memory in recommend."""
+    import perfmodel as pm
+    from perfmodel.search import run_search
+    from perfmodel.search.engine import df_all_best
+
+    model, job = pm.load_model("llama3-8b"), pm.JobSpec(global_batch=64, seq_len=8192, framework="nemo")
+    keys = ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"]
+    for n in (8, 16):
+        res = run_search(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), n, 8), job, top=2)
+        top = res.candidates.iloc[0]
+        best = df_all_best(res.evaluated).iloc[0]
+        assert [int(best[k]) for k in keys] == [int(top[k]) for k in keys]
+    assert res.candidates.iloc[0].iteration_time_s == res.candidates.iloc[1].iteration_time_s  # the tie is real
+
+
+def test_whatif_names_each_infeasible_point_and_its_own_notes():
+    res = runner.invoke(app, ["whatif", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "256",
+                              "--seq-len", "8192", "--global-batch", "512", "--framework", "deepspeed", "--vary",
+                              "seq_len=4096,16384", "--mode", "fixed", "--tp", "4", "--pp", "2", "--micro-batch", "1",
+                              "--no-sp", "--zero-stage", "2"])
+    assert res.exit_code == 1
+    err = [ln for ln in res.output.splitlines() if ln.startswith("error:")][0]
+    assert err.index("seq_len=4096: needs 99.0 GiB") < err.index("seq_len=16384: needs 806.8 GiB")
+    notes = [ln for ln in res.output.splitlines() if ln.startswith("note:")]
+    assert any("at 4,096 tokens" in n for n in notes) and any("at 16,384 tokens" in n for n in notes)
+    assert not any("at 8,192 tokens" in n for n in notes)  # the base job's length is not a point
