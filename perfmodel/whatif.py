@@ -217,7 +217,8 @@ def _run_fixed(points, parallel: ParallelSpec, model: ModelSpec, sweep_zpp: bool
             rows[r].update({k: (bool(out[k][i]) if k == "fits" else float(out[k][i])) for k in METRIC_COLUMNS})
             if not rows[r]["fits"]:
                 cap_gib = inputs[i]["hbm_capacity_bytes"] / GIB_BYTES
-                host_gib, host_cap_gib = float(out["host_offload_gib"][i]), inputs[i]["host_memory_bytes_per_gpu"] / GIB_BYTES
+                host_gib = float(out["host_offload_gib"][i])
+                host_cap_gib = inputs[i]["host_memory_bytes_per_gpu"] / GIB_BYTES
                 why = (f"offloads {host_gib:.1f} GiB per GPU to host memory, over its {host_cap_gib:g} GiB"
                        if rows[r]["memory_gib"] <= cap_gib and host_gib > host_cap_gib
                        else f"needs {rows[r]['memory_gib']:.1f} GiB per GPU")

@@ -187,6 +187,6 @@ def whatif_command(
     if not feasible:
         # each point's reason, in the sweep's order (once each), named by its point
         named = [f"{', '.join(f'{k}={row[k]}' for k in sweep)}: {row['reason']}"
-                 for _, row in df.iterrows() if str(row.get("reason", "") or "").strip() and str(row["reason"]) != "nan"]
+                 for _, row in df.iterrows() if pd.notna(row.get("reason")) and str(row["reason"]).strip()]
         reasons = "; ".join(dict.fromkeys(named))[:300]
         nothing_usable(f"no point of the sweep is feasible{': ' + reasons if reasons else ''}")

@@ -81,8 +81,8 @@ def recommend(
     from perfmodel.search.emit import emit as emit_text
     from perfmodel.search.emit import emit_notes, megatron_overlap_hint
     from perfmodel.search.engine import OBJECTIVES, run_search
-    from perfmodel.search.space import HOST_MEMORY_REASON
     from perfmodel.search.explain import describe, explain
+    from perfmodel.search.space import HOST_MEMORY_REASON
 
     try:
         spec = load_model(model)

@@ -365,8 +365,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                 notes.append(f"{job.precision} was costed: Megatron-DeepSpeed has no Transformer Engine "
                              "low-precision switch; --bf16 is emitted")
         elif c["vpp"] > 1 and c["pp"] == 2:
-            notes.append("keep Megatron's default pipeline send/recv overlap (do not add --no-overlap-p2p-communication): "
-                         "validate_args refuses interleaving on 2 pipeline stages without it")
+            notes.append("keep Megatron's default pipeline send/recv overlap (do not add "
+                         "--no-overlap-p2p-communication): validate_args refuses interleaving on 2 pipeline "
+                         "stages without it")
         if not megatron_deepspeed(job) and model.n_layers % c["pp"] and (model.n_layers + 2) % c["pp"]:
             notes.append(f"pp={c['pp']} splits {model.n_layers} layers unevenly, as {job.framework or 'the stack'} "
                          "does: Megatron-LM needs pp to divide them, or --decoder-first-pipeline-num-layers / "
@@ -393,8 +394,8 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "Ulysses' all-to-all)")
         if autotp(job, c):
             notes.append(f"train_batch_size is left out: without an mpu DeepSpeed's batch check counts every rank "
-                         f"(tp x dp); the costed global batch is {job.global_batch} sequences = micro-batch {c['mb']} x "
-                         f"{job.global_batch // (c['mb'] * c['dp'])} accumulation steps x dp={c['dp']}")
+                         f"(tp x dp); the costed global batch is {job.global_batch} sequences = micro-batch "
+                         f"{c['mb']} x {job.global_batch // (c['mb'] * c['dp'])} accumulation steps x dp={c['dp']}")
         if job.precision not in ("bf16", "fp16"):
             notes.append(f"{job.precision} GEMMs come from Transformer Engine in the model code: the JSON has no "
                          "switch for them and enables bf16")
