@@ -163,8 +163,11 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     lowp_element_bytes = np.where(fp4, FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES)
     gemm_eff = eff_max * f64["matmul_training_efficiency"] * lowp_ratio
 
+    # a low-precision GEMM reads its operands in that precision and writes its 16-bit output
+    operand_bytes = np.where(lowp, lowp_element_bytes, ACT_BYTES)
+
     def gemm(m_, n_, k_):
-        return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm) / ke
+        return gemm_time_s(m_, n_, k_, peak, gemm_eff, sms, hbm, operand_bytes, ACT_BYTES) / ke
 
     placements: dict = {}  # one placement per process group (its arrays kept alive, so ids stay unique)
     fabrics: dict = {}  # one set of fabric values per (collective, net) (net kept alive: its id stays unique)

@@ -41,6 +41,7 @@ from perfmodel.errors import (
 )
 from perfmodel.limits import MAX_ACHIEVED_OVER_PEAK, MAX_GBIT_PER_S, MIN_GBIT_PER_S
 from perfmodel.specs.hardware import AcceleratorSpec, check_network_name
+from perfmodel.step import FP4_ELEMENT_BYTES, FP8_ELEMENT_BYTES
 from perfmodel.structured_text import dump_yaml
 
 
@@ -65,10 +66,13 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, 
     # a batched GEMM tiles like one with batch x m rows
     m = m * (gemm["batch"].to_numpy(dtype=float) if "batch" in gemm else 1.0)
     t = gemm["time_s"].to_numpy(dtype=float)
+    # operands in their own precision, the output in 16 bits (as the step model costs a GEMM)
+    operand_bytes = np.array([FP4_ELEMENT_BYTES if d == "nvfp4" else FP8_ELEMENT_BYTES if d in ("fp8", "mxfp8")
+                              else 2.0 for d in dtypes])
 
     def resid(x, sel):
-        return np.log(gemm_time_s(m[sel], n[sel], k[sel], peak[sel], x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s)
-                      / t[sel])
+        return np.log(gemm_time_s(m[sel], n[sel], k[sel], peak[sel], x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s,
+                                  operand_bytes[sel], 2.0) / t[sel])
 
     fitted: dict[str, float] = {}
     err = np.full(len(t), np.nan)

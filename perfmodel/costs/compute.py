@@ -34,12 +34,15 @@ def wave_efficiency(m, n, n_sms):
     return m * n / (waves * n_sms * (TILE_M * TILE_N))
 
 
-def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0):
-    """Time of C[m,n] = A[m,k] B[k,n]: max(2mnk / achievable rate, bytes / HBM bandwidth) + launch."""
+def gemm_time_s(m, n, k, peak_flop_per_s, matmul_efficiency_max, n_sms, hbm_bytes_per_s, bytes_per_element=2.0,
+                output_bytes_per_element=None):
+    """Time of C[m,n] = A[m,k] B[k,n]: max(2mnk / achievable rate, bytes / HBM bandwidth) + launch.
+    ``bytes_per_element``: A's and B's; ``output_bytes_per_element``: C's (None: the same)."""
     m = np.asarray(m, dtype=float)
     flops = 2.0 * m * n * k
     rate = peak_flop_per_s * matmul_efficiency_max * wave_efficiency(m, n, n_sms)
-    bytes_moved = bytes_per_element * (m * k + k * n + m * n)
+    out_bytes = bytes_per_element if output_bytes_per_element is None else output_bytes_per_element
+    bytes_moved = bytes_per_element * (m * k + k * n) + out_bytes * m * n
     return np.maximum(flops / rate, bytes_moved / hbm_bytes_per_s) + KERNEL_LAUNCH_S
 
 

@@ -12,12 +12,15 @@ from perfmodel.errors import InputError
 def synthetic(gpu, dtype, eff, shapes):
     g = load_gpu(gpu)
     m, n, k = (np.array(c, dtype=float) for c in zip(*shapes))
-    t = gemm_time_s(m, n, k, g.peak_flop_per_s(dtype), eff, g.n_sms, g.hbm_bandwidth_bytes_per_s)
+    operand_bytes = 1.0 if dtype in ("fp8", "mxfp8") else 2.0  # fp8 operands, 16-bit output (as the model)
+    t = gemm_time_s(m, n, k, g.peak_flop_per_s(dtype), eff, g.n_sms, g.hbm_bandwidth_bytes_per_s, operand_bytes, 2.0)
     return pd.DataFrame({"m": m, "n": n, "k": k, "dtype": dtype, "time_s": t})
 
 
 def test_fit_gemm_separates_16_and_8_bit():
-    shapes = [(4096, 4096, 4096), (8192, 8192, 2048), (2048, 16384, 4096), (1024, 8192, 8192), (512, 4096, 4096)]
+    # (the last two shapes are memory-bound in fp8: its operands move one byte an element)
+    shapes = [(4096, 4096, 4096), (8192, 8192, 2048), (2048, 16384, 4096), (1024, 8192, 8192), (512, 4096, 4096),
+              (32, 8192, 8192), (16, 16384, 4096)]
     both = pd.concat([synthetic("h100-sxm5-80gb", "bf16", 0.74, shapes),
                       synthetic("h100-sxm5-80gb", "fp8", 0.61, shapes)], ignore_index=True)
     effs, errs = fit_gemm(both, "h100-sxm5-80gb")
@@ -85,3 +88,15 @@ def test_fit_uses_each_efficiency_s_own_precisions_and_a_profile_spec(tmp_path):
     assert check_gemm_rows(parse_gemm_csv(_csv(tmp_path, "8192,8192,8192,fp32,2000\n")), gpu) is not None
     with pytest.raises(InputError, match=r"v100-sxm2-16gb has no bf16 tensor cores"):
         check_gemm_rows(synthetic("v100-sxm2-16gb", "bf16", 0.7, shapes), "v100-sxm2-16gb")
+
+
+def test_a_memory_bound_gemm_moves_its_operands_in_their_own_precision():
+    """C[m,n] = A[m,k] B[k,n] with fp8 operands and a bf16 output moves (m k + k n) + 2 m n bytes."""
+    g = load_gpu("h100-sxm5-80gb")
+    m, n, k = 16.0, 16384.0, 8192.0
+    args = (g.peak_flop_per_s("fp8"), 0.6, g.n_sms, g.hbm_bandwidth_bytes_per_s)
+    from perfmodel.costs.compute import KERNEL_LAUNCH_S
+
+    t8 = gemm_time_s(m, n, k, *args, 1.0, 2.0)
+    assert t8 == pytest.approx((m * k + k * n + 2.0 * m * n) / g.hbm_bandwidth_bytes_per_s + KERNEL_LAUNCH_S)
+    assert t8 < gemm_time_s(m, n, k, *args) * 0.6  # 16-bit operands move about twice the bytes
