@@ -1,9 +1,12 @@
-"""What a fourth audit (a README walk-through and a property hunt) found: a misspelt required key of a
-model YAML was reported only as the missing key, a what-if point with no structurally valid configuration
-did not say which rules rejected its candidates, and a configuration whose offloaded activations overflow
-host memory said "DOES NOT FIT" next to a GPU memory that fits, the offloaded amount shown nowhere. Each
-now names what the user has to change. And a calibrated profile could not be refined by a later calibrate
-run (``calibrate --calibration BASE``)."""
+"""What a fourth round of audits (a README walk-through, a property hunt, a diff review and a cross-command
+consistency check) found: a misspelt required key of a model YAML was reported only as the missing key; a
+what-if point with no structurally valid configuration did not say which rules rejected its candidates; a
+configuration whose offloaded activations overflow host memory said "DOES NOT FIT" next to a GPU memory
+that fits, the offloaded amount shown nowhere (in estimate, whatif and the search's rejections); a
+calibrated profile could not be refined by a later calibrate run (``calibrate --calibration BASE``); the
+emitted Ulysses DeepSpeed config could not be read back; the per-GPU-count best broke throughput ties
+unlike recommend; whatif's error and notes did not follow its points. Each now says what the user has to
+change, or agrees."""
 from __future__ import annotations
 
 import json
@@ -12,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from typer.testing import CliRunner
 
 from perfmodel.cli import app
