@@ -128,6 +128,12 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         if experts > 1:
             raise InputError("model", f"mixture-of-experts ({key}={experts}) is not modelled (dense transformers only)",
                              where=where)
+    # DBRX states its experts in a nested block (ffn_config.moe_num_experts)
+    ffn_block = cfg.get("ffn_config")
+    nested = ffn_block.get("moe_num_experts") if isinstance(ffn_block, dict) else None
+    if isinstance(nested, int) and not isinstance(nested, bool) and nested > 1:
+        raise InputError("model", f"mixture-of-experts (ffn_config.moe_num_experts={nested}) is not modelled (dense "
+                         "transformers only)", where=where)
     for key in ("kv_lora_rank", "q_lora_rank"):
         if cfg.get(key) is not None:  # DeepSeek-V2/V3: low-rank compressed keys/values and queries
             raise InputError(f"model.{key}", "multi-head latent attention (MLA) is not modelled (standard or grouped-"
@@ -233,7 +239,10 @@ def load_model(ref: str) -> ModelSpec:
         cfg = load_json(read_text_file(path, "model"), "model", str(path))
         if not isinstance(cfg, dict):
             raise InputError("model", "config.json must hold a JSON object", where=str(path))
-        return _model_from_hf_config(cfg, path.parent.name or path.stem, str(path))
+        # a Hugging Face folder's config.json is named by its folder (Llama-3.1-8B/config.json), any other
+        # JSON file by its own name (models/mistral7b.json: mistral7b, not "models")
+        name = (path.resolve().parent.name or path.stem) if path.name == "config.json" else path.stem
+        return _model_from_hf_config(cfg, name, str(path))
     data = _read_yaml(path, "model")
     if not isinstance(data, dict):
         raise InputError("model", "model YAML must be a mapping of ModelSpec fields", where=str(path))

@@ -81,7 +81,7 @@ class AcceleratorSpec(BaseModel):
     )
     default_gpus_per_node: int = Field(default=8, gt=0, le=MAX_GPUS_PER_DOMAIN)
     default_scale_out_gbit_per_s_per_node: float = Field(
-        ge=1e-3, le=1e9, allow_inf_nan=False,
+        ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, allow_inf_nan=False,
         description="Typical total NIC bandwidth per node (e.g. 8x400 Gbit/s = 3200).",
     )
     host_link_gb_per_s: float = Field(
@@ -200,12 +200,25 @@ def check_node_size(gpu: AcceleratorSpec, gpus_per_node: int, scale_out_gbit_per
 
     if gpus_per_node > MAX_GPUS:
         raise InputError("gpus_per_node", f"must be at most {MAX_GPUS:,} (got {gpus_per_node:,})")
+    check_node_boards(gpu, gpus_per_node)
     if scale_out_gbit_per_s_per_node is None:
         derived = gpu.default_scale_out_gbit_per_s(gpus_per_node)
         if derived > MAX_GBIT_PER_S:
             raise InputError("gpus_per_node", f"{gpus_per_node:,} GPUs per node with the {gpu.name}'s default NICs "
                              f"make {derived:,.0f} Gbit/s per node, over the {MAX_GBIT_PER_S:,.0f} limit: give "
                              "--scale-out-gbit-per-s or a smaller node")
+
+
+def check_node_boards(gpu: AcceleratorSpec, gpus_per_node: int) -> None:
+    """A node larger than the GPU's NVLink board holds whole boards (16 H100s: two 8-GPU boards); 12
+    H100s per node would be a board and a half, whose NVLink islands ``nvlink_domain`` could only guess.
+    Multi-node NVLink systems (NVL72) take any node size."""
+    from perfmodel.errors import InputError
+
+    board = gpu.nvlink_domain_gpus
+    if board <= gpu.default_gpus_per_node and gpus_per_node > board and gpus_per_node % board:
+        raise InputError("gpus_per_node", f"above the {gpu.name}'s {board}-GPU NVLink board must be a multiple of "
+                         f"it, a node of whole boards (got {gpus_per_node})")
 
 
 def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
@@ -287,6 +300,7 @@ class ClusterSpec(BaseModel):
                                           and math.isfinite(value) and value > 0):
                 raise InputError(name, f"must be a positive number (got {value!r})")
         gpn = gpus_per_node or gpu.default_gpus_per_node
+        check_node_boards(gpu, gpn)
         domain = nvlink_domain(gpu, gpn)
         return cls(
             gpu=gpu,
