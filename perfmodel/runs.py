@@ -21,7 +21,7 @@ from perfmodel.estimate import check_precision, cluster_arrays, constant_arrays,
 from perfmodel.frameworks import uses_flash_attention
 from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.rules import CP_SEQ, KV_HEADS_PER_RANK, PP_LAYERS, RUN_RULES, VPP_LAYERS, ZERO23_NO_PP, ZERO_0_3_ONLY
-from perfmodel.specs.hardware import ClusterSpec, nvlink_domain
+from perfmodel.specs.hardware import ClusterSpec, check_node_boards, nvlink_domain
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES, ZEROPP_ORDER
@@ -549,6 +549,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     no_profile: set[str] = set()
     broken_profile: dict[str, str] = {}
     no_tensor_cores: dict[tuple[str, str], str] = {}
+    bad_node: dict[tuple[str, float], str] = {}
     for gpu_i, net_i, gpn_i, n_i, bw_i, prec_i, fw_i in uniq:
         try:
             spec = load_gpu(gpu_i)
@@ -565,6 +566,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         g = int(gpn_i) if np.isfinite(gpn_i) and gpn_i > 0 else gpu.default_gpus_per_node
         n_g = int(n_i) if np.isfinite(n_i) and n_i > 0 else g
         g = min(g, n_g)
+        try:  # a node of a board and a half (12 H100s): NVLink islands the model could only guess
+            check_node_boards(gpu, g)
+        except InputError as exc:
+            bad_node[(gpu_i, gpn_i)] = str(exc)
         cluster = ClusterSpec.model_construct(
             gpu=gpu, n_gpus=n_g, gpus_per_node=g,
             nvlink_domain_gpus=nvlink_domain(gpu, g),
@@ -587,6 +592,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
             mark(gpu_name == g, "unsupported", f"gpu: no profile for '{g}'")
     for (g, prec), why in sorted(no_tensor_cores.items()):
         mark((gpu_name == g) & (precision == prec), "invalid", why)
+    for (g, node), why in sorted(bad_node.items()):
+        mark((gpu_name == g) & (np.nan_to_num(gpn, nan=-1.0) == node), "invalid", why)
     inputs: dict[str, np.ndarray] = {}
     for rows in (hw_rows, fw_rows):
         for key in (k for k in rows[0] if "." not in k) if rows else ():

@@ -81,3 +81,19 @@ def test_dbrx_is_refused_as_a_mixture_of_experts(tmp_path):
     line = _one_error(runner.invoke(app, ["estimate", "--model", str(path), "--gpu", "h100-sxm5-80gb", "--gpus", "8",
                                           "--global-batch", "16"]), "model")
     assert "mixture-of-experts (ffn_config.moe_num_experts=16)" in line
+
+
+def test_a_runs_row_with_a_board_and_a_half_per_node_is_invalid(tmp_path):
+    csv = tmp_path / "runs.csv"
+    head = ("run_id,n_layers,hidden_size,ffn_hidden_size,n_heads,n_kv_heads,vocab_size,seq_len,gpu,n_gpus,"
+            "gpus_per_node,tp,pp,dp,global_batch,micro_batch,framework,tokens_per_s_per_gpu\n")
+    row = "{},32,4096,14336,32,8,128256,4096,h100-sxm5-80gb,48,{},1,1,48,96,1,megatron-lm,3000\n"
+    csv.write_text(head + row.format("r12", 12) + row.format("r8", 8) + row.format("r16", 16))
+    out = tmp_path / "pred.csv"
+    res = runner.invoke(app, ["validate", str(csv), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    import pandas as pd
+
+    pred = pd.read_csv(out).set_index("run_id")
+    assert pred.loc["r12", "status"] == "invalid" and "8-GPU NVLink board" in pred.loc["r12", "reason"]
+    assert pred.loc["r8", "status"] == "ok" and pred.loc["r16", "status"] == "ok"
