@@ -244,8 +244,7 @@ def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zp
                 why += f" ({rule.reason})"
         if not zpp and res.rejected:
             # the rules that rejected the most candidates, with their counts, as recommend names them
-            commonest = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
-            why += ": " + "; ".join(f"{k} ({v:,})" for k, v in commonest)
+            why += ": " + res.commonest_rejections(3)
         return {"status": "invalid", "reason": why}
     if best.empty:
         return {"status": "no fit", "reason": f"none of {int(considered.sum()):,} configurations fits "

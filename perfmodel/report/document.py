@@ -44,8 +44,7 @@ def _search_note(data: ReportData) -> str:
     from perfmodel.notes import job_notes
 
     res = data.result
-    reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
-    why = "; ".join(f"{k} ({v:,})" for k, v in reasons)
+    why = res.commonest_rejections(3)
     text = (f"Searched {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s; "
             f"{res.n_feasible:,} fit in memory. Most rejected: {why}." if why else
             f"Searched {res.n_evaluated:,} configurations; {res.n_feasible:,} fit in memory.")

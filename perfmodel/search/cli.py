@@ -122,8 +122,7 @@ def recommend(
             if res.rejected.get(HOST_MEMORY_REASON):  # some fit the GPU but offload more than the host holds
                 why += f"; {res.rejected[HOST_MEMORY_REASON]:,} of them {HOST_MEMORY_REASON}"
         else:
-            reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:3]
-            why = "no structurally valid configuration: " + "; ".join(f"{k} ({v:,})" for k, v in reasons)
+            why = "no structurally valid configuration: " + res.commonest_rejections(3)
         nothing_usable(f"no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}")
 
     best = res.candidates.iloc[0]
@@ -176,8 +175,7 @@ def recommend(
     typer.echo("why:")
     for line in explain(res, cluster.gpus_per_node, job.framework):
         typer.echo(f"  {line}")
-    reasons = sorted(res.rejected.items(), key=lambda kv: -kv[1])[:4]
-    typer.echo("rejected: " + "; ".join(f"{k} ({v:,})" for k, v in reasons))
+    typer.echo("rejected: " + res.commonest_rejections(4))
     if res.pareto is not None and not res.pareto.empty:
         missing = res.infeasible_gpu_counts()
         if missing:

@@ -107,6 +107,11 @@ class SearchResult:
             out["gpu_counts_without_feasible"] = self.infeasible_gpu_counts()
         return out
 
+    def commonest_rejections(self, k: int = 3) -> str:
+        """The ``k`` rules that rejected the most configurations, with their counts: ``rule (n); ...``."""
+        reasons = sorted(self.rejected.items(), key=lambda kv: -kv[1])[:k]
+        return "; ".join(f"{rule} ({n:,})" for rule, n in reasons)
+
     def infeasible_gpu_counts(self) -> list[int]:
         """The GPU counts searched that hold no feasible configuration (none valid, or none fits)."""
         return [int(ev.n_gpus) for ev in self.evaluated if not np.asarray(ev.metrics["fits"]).any()]
@@ -263,9 +268,10 @@ def run_search(
         evaluated.append(Evaluated(c.n_gpus, space.configs, metrics, template, space.rejected))
         for k, v in space.rejected.items():
             rejected[k] = rejected.get(k, 0) + v
+        # the GPU memory the step's ``fits`` held each configuration to
+        cap_gib = template["hbm_capacity_bytes"] / 2**30
         if zeropp and space.size:
             # infeasibility with its reason: fits without the hpZ secondary copy, not with it
-            cap_gib = c.gpu.hbm_capacity_bytes / 2**30
             hpz_only = ~metrics["fits"] & (metrics["memory_gib"] - metrics["hpz_secondary_gib"] <= cap_gib) & (
                 space.configs["hpz"] > 0) & (metrics["memory_gib"] > cap_gib)
             if hpz_only.any():
@@ -276,7 +282,7 @@ def run_search(
         else:
             ev_unfit_hpz = 0
         # offloaded activations over the host's per-GPU limit, in a configuration whose GPU memory fits
-        host_only = ~metrics["fits"] & (metrics["memory_gib"] * 2**30 <= template["hbm_capacity_bytes"])
+        host_only = ~metrics["fits"] & (metrics["memory_gib"] <= cap_gib)
         n_host = int(host_only.sum()) if space.size else 0
         if n_host:
             rejected[HOST_MEMORY_REASON] = rejected.get(HOST_MEMORY_REASON, 0) + n_host
