@@ -19,11 +19,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_common import AttentionRow, median_s, provenance_line, write_attention_csv  # noqa: E402
+from collect_common import AttentionRow, call_times_s, median_s, provenance_line, write_attention_csv  # noqa: E402
 
 DEFAULT_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_HEAD_DIMS = (64, 128)
@@ -39,30 +38,6 @@ def _backend_ctx(torch, backend: str):
                         "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend])
 
 
-def _timer(torch, device):
-    """A function (callable, warmup, iters) -> per-call seconds (list)."""
-    def run(call, warmup: int, iters: int) -> list[float]:
-        for _ in range(warmup):
-            call()
-        if device.type == "cuda":
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-            torch.cuda.synchronize(device)
-            for s, e in ev:
-                s.record()
-                call()
-                e.record()
-            torch.cuda.synchronize(device)
-            return [s.elapsed_time(e) * 1e-3 for s, e in ev]
-        out = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            call()
-            out.append(time.perf_counter() - t0)
-        return out
-    return run
-
-
 def measure(torch, *, batch: int, seq_len: int, n_heads: int, head_dim: int, causal: bool,
             dtype: str, device: str, backend: str, warmup: int, iters: int) -> list[AttentionRow]:
     """fwd and fwd+bwd rows for one shape."""
@@ -72,7 +47,6 @@ def measure(torch, *, batch: int, seq_len: int, n_heads: int, head_dim: int, cau
     q, k, v = (torch.randn(batch, n_heads, seq_len, head_dim, device=dev, dtype=tdt,
                            requires_grad=True) for _ in range(3))
     grad = torch.randn(batch, n_heads, seq_len, head_dim, device=dev, dtype=tdt)
-    timer = _timer(torch, dev)
 
     def fwd():
         with torch.no_grad():
@@ -85,7 +59,7 @@ def measure(torch, *, batch: int, seq_len: int, n_heads: int, head_dim: int, cau
     rows = []
     with _backend_ctx(torch, backend):
         for direction, call in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-            t = median_s(timer(call, warmup, iters))
+            t = median_s(call_times_s(torch, dev, call, warmup, iters))
             rows.append(AttentionRow(batch, seq_len, n_heads, head_dim, causal, direction, dtype,
                                      t, backend, iters))
     return rows

@@ -18,6 +18,7 @@ import platform
 import shlex
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
@@ -60,6 +61,41 @@ def median_s(samples_s: Sequence[float]) -> float:
     if not samples_s:
         raise ValueError("median_s: no samples")
     return float(statistics.median(samples_s))
+
+
+def call_times_s(torch, device, call, warmup: int, iters: int) -> list[float]:
+    """Seconds of each of ``iters`` calls of ``call`` after ``warmup`` untimed ones: CUDA events queued
+    back to back on a GPU (launch gaps hide behind the kernels), ``time.perf_counter`` on a CPU. The
+    caller passes its ``torch`` module, so this file imports none."""
+    for _ in range(warmup):
+        call()
+    if device.type == "cuda":
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        torch.cuda.synchronize(device)
+        for s, e in ev:
+            s.record()
+            call()
+            e.record()
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) * 1e-3 for s, e in ev]
+    out = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def write_rows_csv(rows: Iterable[dict], columns: Sequence[str], path: str | Path, source: str) -> Path:
+    """``source`` (a ``# source:`` line), then ``rows`` as CSV under ``columns``; the folder is made."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        f.write(source + "\n")
+        w = csv.DictWriter(f, fieldnames=list(columns))
+        w.writeheader()
+        w.writerows(rows)
+    return path
 
 
 # --------------------------------------------------------------------------- GEMM CSV

@@ -126,12 +126,18 @@ def _sync(torch, device) -> None:
         torch.cuda.synchronize(device)
 
 
+ONE_RANK = ("collective_sweep: one rank moves nothing over a link (and perfmodel's parser refuses a one-rank "
+            "all_gather table); run 2 or more: torchrun --nproc-per-node N, or --spawn N")
+
+
 def run_sweep(args: argparse.Namespace) -> str | None:
     """Run every op over every size in an initialised process group; rank 0 returns the text."""
     import torch
     import torch.distributed as dist
 
     rank, n = dist.get_rank(), dist.get_world_size()
+    if n < 2:
+        raise SystemExit(ONE_RANK)
     backend = dist.get_backend()
     device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
               else torch.device("cpu"))
@@ -271,6 +277,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None, spawned: bool = False) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if args.spawn == 1 or args.spawn < 0:
+        raise SystemExit(ONE_RANK if args.spawn == 1 else f"collective_sweep: --spawn must be 2 or more (got {args.spawn})")
     if args.spawn and not spawned:
         spawn_local(args.spawn, argv)  # the children ignore --spawn (spawned=True)
         return

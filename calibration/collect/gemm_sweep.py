@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_common import GemmRow, median_s, provenance_line, write_gemm_csv  # noqa: E402
+from collect_common import GemmRow, call_times_s, median_s, provenance_line, write_gemm_csv  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -106,24 +105,7 @@ def _time_gemm(torch, m: int, n: int, k: int, dtype: str, device: str, warmup: i
 
         def call():
             return torch.matmul(a, b)
-    for _ in range(warmup):
-        call()
-    if dev.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        torch.cuda.synchronize(dev)
-        for s, e in zip(starts, ends):  # queued back to back: launch gaps hide behind the GPU
-            s.record()
-            call()
-            e.record()
-        torch.cuda.synchronize(dev)
-        return median_s([s.elapsed_time(e) * 1e-3 for s, e in zip(starts, ends)])
-    samples = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - t0)
-    return median_s(samples)
+    return median_s(call_times_s(torch, dev, call, warmup, iters))
 
 
 def run(args: argparse.Namespace) -> list[GemmRow]:

@@ -122,6 +122,8 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
     # name --gpu's family, as nccl-tests' Rank lines and a trace's deviceProperties must
     from perfmodel.calibrate.gpu_family import check_device_matches
 
+    if gemm.attrs.get("device"):  # the file's own '# source: ... device=NAME' line
+        check_device_matches(gpu.name, str(gemm.attrs["device"]), f"{path}:{gemm.attrs.get('device_line', 1)}")
     for col in [c for c in gemm.columns if str(c).lower() in GEMM_DEVICE_COLUMNS]:
         for i, cell in enumerate(gemm[col].astype(str)):
             if cell.strip() and cell.strip().lower() != "nan":
@@ -165,18 +167,25 @@ def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
     was fitted to) or not a regular file, and a file given twice (its points would count twice in the
     fit). ``inputs``: option name (without ``--``) -> the paths given to it."""
     output_file(out)
-    seen: list[tuple[str, Path]] = []
+    seen: list[tuple[str, Path, str | None]] = []
     for option, paths in inputs.items():
         for p in map(Path, paths):
             if same_file(out, p):
                 raise InputError("out", f"is the --{option} input {p}; give another file for the profile",
                                  where=str(out))
-            for other_option, q in seen:
+            # a copy under another name is the same measurements: hashed only when a regular file (a FIFO
+            # or a device is refused, unread, by its parser)
+            digest = sha256_of(p) if p.is_file() else None
+            for other_option, q, other_digest in seen:
                 if same_file(p, q):
                     also = "" if other_option == option else f" (and to --{other_option} as {q})"
                     raise InputError(option, f"the same file is given twice{also}: its points would count twice "
                                      "in the fit; give each file once", where=str(p))
-            seen.append((option, p))
+                if digest is not None and digest == other_digest:
+                    also = "" if other_option == option else f" (given to --{other_option})"
+                    raise InputError(option, f"has the same content as {q}{also}: its points would count twice "
+                                     "in the fit; give each file once", where=str(p))
+            seen.append((option, p, digest))
 
 
 def run_calibration(
@@ -246,29 +255,40 @@ def run_calibration(
         refused += unfitted
         if len(unfitted) < len(parsed_nccl):
             applied_from.append("nccl-tests")
-    for p, g in parsed_gemm:
-        effs, errs = fit_gemm(g, spec)
+    if parsed_gemm:
+        # one fit over every GEMM file (all measure this GPU): a second file refines the first, it does
+        # not replace it; each file's line gives its own shapes' error under that joint fit
+        joint = pd.concat([g.assign(batch=g["batch"] if "batch" in g else 1.0)[["m", "n", "k", "dtype", "time_s", "batch"]]
+                           for _, g in parsed_gemm], ignore_index=True)
+        effs, errs = fit_gemm(joint, spec)
+        names = ", ".join(str(p) for p, _ in parsed_gemm)
         if not effs:
             raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
-                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", names)
         for key, value in list(effs.items()):
             if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < value < GEMM_EFFICIENCY_BOUNDS[1] * 0.999:
                 # as for a log: a fit stopped by its bound is not a rate the roofline explains
-                print(f"warning: gemm {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
+                print(f"warning: gemm {names}: the {key} fit ends on its bound ({value:.3f}): these times are not "
                       "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
                       "not applied", file=sys.stderr)
                 del effs[key]
-                refused.append(str(p))
+                refused += [str(p) for p, _ in parsed_gemm]
         gpus_over.setdefault(spec.name, {}).update(effs)
         if effs:
             applied_from.append("gemm")
-        med = float(errs.abs_err_pct.median())  # over the fitted rows (the others are NaN)
-        inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),
-                       "points": int(errs.abs_err_pct.notna().sum()), "median_abs_err_pct": med, **effs})
         shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items()) or "nothing applied"
-        skipped = int(errs.abs_err_pct.isna().sum())
-        echo(f"gemm {p}: {len(g)} shapes, {shown}, median |error| = {med:.1f}%"
-             + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
+        start = 0
+        for p, g in parsed_gemm:
+            own = errs.abs_err_pct.iloc[start:start + len(g)]
+            start += len(g)
+            med = float(own.median())  # over the fitted rows (the others are NaN)
+            inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),
+                           "points": int(own.notna().sum()), "median_abs_err_pct": med, **effs})
+            skipped = int(own.isna().sum())
+            echo(f"gemm {p}: {len(g)} shapes, {shown}"
+                 + (f" (one fit over the {len(parsed_gemm)} GEMM files)" if len(parsed_gemm) > 1 else "")
+                 + f", median |error| = {med:.1f}%"
+                 + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
         # points: 0, nothing is fitted from a trace (its kernels are summarised and compared)
@@ -342,6 +362,9 @@ def run_calibration(
             if not (parsed_nccl or parsed_gemm or parsed_traces or parsed_logs):
                 raise NothingUsable(f"runs: {what}; nothing to fit, no profile written")
             print(f"warning: runs: {what}; no runs parameter fitted", file=sys.stderr)
+            for p, _ in parsed_runs:  # still named in the provenance, with nothing taken from it
+                inputs.append({"kind": "runs", "path": _rel(p), "sha256": sha256_of(p), "points": 0})
+            refused += [str(p) for p, _ in parsed_runs]
             parsed_runs = []
     if parsed_runs:
         pairs_df = pd.read_csv(pairs) if pairs is not None else None
@@ -411,6 +434,11 @@ def run_calibration(
             raise NothingUsable("logs: no kernel efficiency fit is within its bounds; nothing to apply, no profile "
                                 "written")
         records["logs_fit_params"] = {f"{fw}.kernel_efficiency": float(v) for fw, v in applied.items()}
+        # a stack's kernel efficiency the logs replaced is no longer the runs fit's in the profile: said so
+        replaced = {k: v for k, v in records.get("runs_fit_params", {}).items() if k in records["logs_fit_params"]}
+        if replaced:
+            records["runs_fit_params"] = {k: v for k, v in records["runs_fit_params"].items() if k not in replaced}
+            records["runs_fit_params_replaced_by_logs"] = replaced
     if refused and not applied_from:
         # every fit was refused (on its bound, nothing usable): a profile would only restate the base one
         raise NothingUsable(f"nothing was fitted from {', '.join(refused)} (see above); no profile written")
@@ -429,16 +457,34 @@ def run_calibration(
     return cal
 
 
+def _held_intra_node(tables, gpus_per_node: int, cal: Calibration, network, spec) -> dict[str, float]:
+    """The NVLink tier the profile being refined already holds for this fabric (a named one's entry) or this
+    GPU (``gpus.<gpu>``, an unnamed fit's), when no single-node table of the shared collectives is given:
+    multi-node tables barely determine it (the fit would return its starting value), so it is held, not
+    refitted; a refinement changes only what its tables measure. {} when single-node tables are given or
+    the profile has no such value (the shipped one: the fit takes it from the multi-node tables as before)."""
+    from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC
+
+    single = any((t.n_nodes or -(-int(t.n_ranks) // max(int(gpus_per_node), 1))) == 1
+                 for t in tables if t.op not in NETWORK_OP_SPECIFIC and t.n_ranks)
+    if single:
+        return {}
+    net = (network or "").strip().lower()
+    own = cal.networks.get(net, {}) if net else cal.gpus.get(spec.name, {})
+    return {k: float(own[k]) for k in ("nvlink_efficiency", "intra_node_latency_us") if k in own}
+
+
 def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo, others: bool):
     """The nccl-tests fit merged into ``cal`` (``apply_collectives``): (the calibration, the inputs'
     provenance entries, the files nothing was applied from). NothingUsable when no file has a table
     the fit uses and nothing else was given."""
     # the fabric's entry in the profile this fit is merged into (the shipped EFA one, say)
     inherited = dict(cal.networks.get((network or "").strip().lower(), {}))
+    tables = [t for _, ts in parsed_nccl for t in ts]
     fit = fit_from_tables(
-        [t for _, ts in parsed_nccl for t in ts], paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec,
+        tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec,
         gpus_per_node=cluster["gpus_per_node"], scale_out_gbit_per_s_per_node=cluster["scale_out_gbit_per_s_per_node"],
-        network=network, inherited=inherited,
+        network=network, inherited=inherited, fixed=_held_intra_node(tables, cluster["gpus_per_node"], cal, network, spec),
     )
     residuals = fit.median_abs_err_pct
     unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
@@ -448,7 +494,6 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
         if len(unfitted) == len(parsed_nccl) and not others:
             raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
         print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
-    tables = [t for _, ts in parsed_nccl for t in ts]
     fitted, dropped, with_them = drop_refused(fit.overrides, tiers_fitted_apart(tables, cluster["gpus_per_node"]))
     if dropped:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in dropped.items())

@@ -299,7 +299,7 @@ class TablesFit(NamedTuple):
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
                     network: str | None = None, paths=None, base: Calibration | None = None,
-                    inherited: dict[str, float] | None = None) -> TablesFit:
+                    inherited: dict[str, float] | None = None, fixed: dict[str, float] | None = None) -> TablesFit:
     """One system's tables (``perfmodel calibrate --nccl-tests``) -> ``TablesFit``. Ranks per node
     are taken from each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``; the
     NIC bandwidth ``scale_out_gbit_per_s_per_node`` is that of a ``gpus_per_node`` node, scaled to
@@ -309,7 +309,8 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     The fit runs over it, so what it does not determine (a congestion, which takes three node counts;
     how latency grows with nodes, two; another op's own values) stays the inherited value in the fit as
     in the merged profile, which therefore reproduces the tables it reports on. A congestion the
-    tables do fit is fitted uncapped (the inherited cap described other measurements)."""
+    tables do fit is fitted uncapped (the inherited cap described other measurements). ``fixed``: values
+    held, not fitted (calibrate's refinement keeps a fitted NVLink tier that no single-node table measures)."""
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
@@ -324,7 +325,7 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
         if len({c for c in counts if c > 1}) >= 3:
             entry.pop("congestion_max_nodes", None)
         base = base.model_copy(update={"networks": {**base.networks, network_key(network or ""): entry}})
-    fit = fit_collectives(ms, base=base)
+    fit = fit_collectives(ms, base=base, fixed={network_key(network or ""): dict(fixed)} if fixed else None)
     per_file = file_residuals(fit["residuals"]) if len(fit["residuals"]) else pd.DataFrame(columns=["path"])
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
     return TablesFit(over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()},

@@ -28,11 +28,12 @@ def sha256_of(path: Path) -> str:
 
 
 def rel(path: Path) -> str:
-    """The input's path relative to the working directory when it lies below it."""
+    """The input's path relative to the working directory when it lies below it, else absolute (a
+    ``../runs.csv`` would name nothing once the profile is read from another folder)."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
-        return str(path)
+        return str(Path(path).resolve())
 
 
 def base_record(base: Calibration | None, base_path=None) -> dict:

@@ -146,9 +146,9 @@ def test_refused_fits_together_write_no_profile(tmp_path, monkeypatch, capsys):
     """Two GEMM files whose fits both end on their bound: nothing was fitted, so no profile (was exit 0
     with a profile that only restated the shipped one)."""
     paths = []
-    for name in ("a.csv", "b.csv"):
+    for name, slow in (("a.csv", 1), ("b.csv", 2)):  # two files, two contents (a copy is refused as one)
         p = tmp_path / name
-        p.write_text("m,n,k,dtype,time_us\n4096,4096,4096,bf16,200000\n8192,8192,8192,bf16,1600000\n")
+        p.write_text(f"m,n,k,dtype,time_us\n4096,4096,4096,bf16,{200000 * slow}\n8192,8192,8192,bf16,{1600000 * slow}\n")
         paths += ["--gemm", str(p)]
     out = tmp_path / "p.yaml"
     code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h100-sxm5-80gb", *paths, "--out", str(out))
@@ -182,3 +182,30 @@ def test_a_refit_of_a_named_fabric_reproduces_what_it_reports_and_touches_no_oth
     assert written["constants"]["nic_efficiency"] == shipped.constants["nic_efficiency"]
     assert written["networks"]["slingshot"]["all_to_all.congestion_nodes"] == \
         shipped.networks["slingshot"]["all_to_all.congestion_nodes"]
+
+
+def test_several_gemm_files_are_one_fit_whatever_their_order(tmp_path, monkeypatch, capsys):
+    """Two GEMM CSVs of one GPU refine one another: one fit over both (was: each file's fit replaced the
+    last, so the order of --gemm chose the GPU's matmul efficiency)."""
+    import pandas as pd
+
+    from perfmodel.calibrate.command import fit_gemm
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    data = Path(__file__).resolve().parents[2] / "calibration" / "data" / "kernels_h200"
+    a, b = data / "gemm_llama3-8b_tp1.csv", data / "gemm_llama3-405b_tp8.csv"
+    got = []
+    for order in ((a, b), (b, a)):
+        out = tmp_path / f"{order[0].stem}.yaml"
+        code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h200-sxm-141gb", "--out", str(out),
+                                    "--gemm", str(order[0]), "--gemm", str(order[1]))
+        assert code == 0, err
+        assert stdout.count("one fit over the 2 GEMM files") == 2
+        prof = yaml.safe_load(out.read_text())
+        got.append(prof["gpus"]["h200-sxm-141gb"]["matmul_efficiency_max"])
+        assert [i["points"] for i in prof["provenance"]["inputs"] if i["kind"] == "gemm"] == [
+            len(parse_gemm_csv(p)) for p in order]
+    joint, _ = fit_gemm(pd.concat([parse_gemm_csv(a), parse_gemm_csv(b)], ignore_index=True), "h200-sxm-141gb")
+    alone = [fit_gemm(parse_gemm_csv(p), "h200-sxm-141gb")[0]["matmul_efficiency_max"] for p in (a, b)]
+    assert got[0] == pytest.approx(got[1], rel=1e-9) == pytest.approx(joint["matmul_efficiency_max"], rel=1e-9)
+    assert min(alone) < got[0] < max(alone) and abs(alone[0] - alone[1]) > 0.005

@@ -48,6 +48,20 @@ def test_gemm_csv_round_trips_through_parse_gemm_csv(tmp_path):
                                rtol=1e-9)
 
 
+def test_call_times_and_rows_csv_without_torch(tmp_path):
+    """The shared timing loop (its CPU path needs no torch) and the plain-table writer of the kit."""
+    from types import SimpleNamespace
+
+    calls = []
+    times = cc.call_times_s(None, SimpleNamespace(type="cpu"), lambda: calls.append(1), warmup=2, iters=5)
+    assert len(times) == 5 and len(calls) == 7 and all(t >= 0 for t in times)
+    path = cc.write_rows_csv([{"a": 1, "b": "x"}, {"a": 2, "b": "y"}], ["a", "b"], tmp_path / "sub" / "t.csv",
+                             cc.provenance_line("test", device="cpu"))
+    assert path.read_text().splitlines()[0].startswith("# source: perfmodel calibration/collect/test")
+    df = pd.read_csv(path, comment="#")
+    assert list(df.columns) == ["a", "b"] and list(df.a) == [1, 2] and list(df.b) == ["x", "y"]
+
+
 def test_layer_gemms_llama3_8b():
     """Llama 3 8B (h 4096, ffn 14336, 32 q / 8 kv heads, vocab 128256), 8192 tokens."""
     shapes = {op: (m, n, k) for op, m, n, k in gemm_sweep.layer_gemms(
@@ -262,6 +276,30 @@ def test_profile_layer_cpu_trace_parses(torch, tmp_path):
     assert {"layer_fwd", "layer_bwd"} <= names
 
 
+def test_memory_sweep_cpu_run(torch, tmp_path):
+    import memory_sweep
+
+    out = tmp_path / "memory_cpu.csv"
+    rows = memory_sweep.run(memory_sweep.parse_args(["--device", "cpu", "--quick", "--out", str(out)]))
+    df = pd.read_csv(out, comment="#")
+    assert list(df.columns) == memory_sweep.COLUMNS
+    assert len(df) == len(rows) == 4 * len(memory_sweep.QUICK_SIZES_MIB)
+    assert set(df.op) == {"copy", "add", "swiglu", "adamw"}
+    adamw = df[df.op == "adamw"]
+    assert (adamw.bytes_moved == memory_sweep.ADAMW_BYTES_PER_PARAM * adamw.n_elements).all()
+    np.testing.assert_allclose(df.gb_per_s, df.bytes_moved / df.time_s / 1e9, rtol=1e-3)
+
+
+def test_sustained_gemm_cpu_run(torch, tmp_path):
+    import sustained_gemm
+
+    out = tmp_path / "sustained_cpu.csv"
+    rows = sustained_gemm.run(sustained_gemm.parse_args(["--device", "cpu", "--quick", "--out", str(out)]))
+    df = pd.read_csv(out, comment="#")
+    assert len(df) == len(rows) > 0 and df.t_s.is_monotonic_increasing
+    assert (df.tflop_per_s >= 0).all() and df.sm_clock_mhz.isna().all()  # no NVML reading on a CPU
+
+
 def test_layer_matches_gemm_shapes(torch):
     import profile_layer
 
@@ -276,7 +314,15 @@ def test_layer_matches_gemm_shapes(torch):
     assert y.shape == (2, 16, shape.hidden)
 
 
-@pytest.mark.parametrize("world_size", [1, 2])
+def test_collective_sweep_refuses_one_rank(torch, tmp_path):
+    """A one-rank sweep measures no link, and its all_gather table is one perfmodel's parser refuses."""
+    cmd = [sys.executable, str(KIT / "collective_sweep.py"), "--spawn", "1", "-e", "4K", "--out", str(tmp_path / "x.txt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "one rank moves nothing over a link" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "x.txt").exists()
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
 def test_collective_sweep_gloo_run_parses(torch, tmp_path, world_size):
     out = tmp_path / "nccl_cpu.txt"
     cmd = [sys.executable, str(KIT / "collective_sweep.py"), "--spawn", str(world_size),
@@ -284,8 +330,7 @@ def test_collective_sweep_gloo_run_parses(torch, tmp_path, world_size):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     tables = parse_nccl_tests_all(out)
-    ops = [o for o in OPS if world_size > 1 or o != "send_recv"]
-    assert [t.op for t in tables] == ops
+    assert [t.op for t in tables] == list(OPS)
     for t in tables:
         assert (t.n_ranks, t.n_nodes) == (world_size, 1)
         df = t.rows

@@ -5,7 +5,9 @@ Required columns: m, n, k (or M, N, K), dtype, and one of time_s / time_ms / tim
 multiply and one add per MAC), a batch of them 2·batch·m·n·k.
 ``dtype`` is one of ``GEMM_DTYPES`` or a spelling in ``DTYPE_ALIASES`` (torch / numpy names);
 the returned column holds the canonical name. ``df.attrs`` keeps each row's file line
-(``lines``), the time column and the path, so later checks (the GPU's peak) can name the row.
+(``lines``), the time column and the path, so later checks (the GPU's peak) can name the row, and
+the ``device=`` a ``#`` line above the header names (``device``, the collection kit writes it), so
+calibrate can refuse a file measured on another GPU than ``--gpu``.
 """
 from __future__ import annotations
 
@@ -104,5 +106,21 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
         raise InputError(time_col, "must be > 0", f"{path}:{lines[i]}")
     flop = 2.0 * df["batch"].astype(float) * df["m"] * df["n"] * df["k"]
     df["tflop_per_s"] = flop / df["time_s"] / 1e12
-    df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col})
+    df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col,
+                     **_source_device(path, header_line)})
     return df
+
+
+def _source_device(path: str | Path, header_line: int) -> dict[str, object]:
+    """``{"device": name, "device_line": n}`` from a ``device=NAME`` fact in a ``#`` comment line
+    above the header (the collection kit's ``# source:`` line: ``device=NVIDIA H200``), else {}."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, start=1):
+            if n >= header_line:
+                break
+            if line.lstrip().startswith("#"):
+                for fact in line.lstrip("# ").split(";"):
+                    key, _, value = fact.strip().partition("=")
+                    if key == "device" and value.strip():
+                        return {"device": value.strip(), "device_line": n}
+    return {}

@@ -1,0 +1,108 @@
+"""perfmodel calibrate given several inputs, or refining a profile: what one input fits does not undo
+what another (or the base profile) fitted, each input is named in the provenance, and the same data is
+not counted twice (findings of a multi-input audit)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from cli_helpers import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "calibration" / "data"
+P5_1NODE = DATA / "collectives" / "traces" / "nccl" / "aws_p5_1node_h100_allreduce.txt"
+XX_10NODES = DATA / "collectives" / "collectives" / "xxrjun_cluster01_H100_10nodes" / "nccl_N10_G8.log.txt"
+H200_GEMM = DATA / "kernels_h200" / "gemm_llama3-8b_tp1.csv"
+MEGATRON_LOG = ROOT / "tests" / "fixtures" / "parsers" / "megatron_args_llama2_7b.log"
+
+
+def _calibrate(monkeypatch, capsys, out: Path, *args: str) -> tuple[int, dict | None, str, str]:
+    code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", *args, "--out", str(out))
+    return code, (yaml.safe_load(out.read_text()) if out.is_file() else None), stdout, err
+
+
+def test_refining_with_multi_node_tables_keeps_the_fitted_nvlink_tier(tmp_path, monkeypatch, capsys):
+    """A profile whose NVLink tier was fitted on a one-node table, refined with ten-node tables alone: the
+    NVLink efficiency stays (was: reset to the fit's starting value 0.8, which the ten-node tables do not
+    move, so the one-node table's error tripled and the order of the refinements chose the profile)."""
+    gpu = ["--gpu", "h100-sxm5-80gb"]
+    one = tmp_path / "one.yaml"
+    code, first, _, err = _calibrate(monkeypatch, capsys, one, *gpu, "--nccl-tests", str(P5_1NODE))
+    assert code == 0, err
+    nvlink = first["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"]
+    assert abs(nvlink - 0.8) > 0.05  # a fitted value, not the start
+    code, refined, _, err = _calibrate(monkeypatch, capsys, tmp_path / "two.yaml", *gpu, "--calibration", str(one),
+                                       "--nccl-tests", str(XX_10NODES))
+    assert code == 0, err
+    own = refined["gpus"]["h100-sxm5-80gb"]
+    assert own["nvlink_efficiency"] == nvlink
+    assert own["intra_node_latency_us"] == first["gpus"]["h100-sxm5-80gb"]["intra_node_latency_us"]
+    assert own["scale_out_latency_us"] != first["gpus"]["h100-sxm5-80gb"].get("scale_out_latency_us")  # refitted
+    # given together, the one-node table fits the tier and the ten-node ones the rest: the same NVLink value
+    code, both, _, err = _calibrate(monkeypatch, capsys, tmp_path / "both.yaml", *gpu, "--nccl-tests", str(P5_1NODE),
+                                    "--nccl-tests", str(XX_10NODES))
+    assert code == 0 and abs(both["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"] - nvlink) < 1e-6, err
+
+
+def test_a_gemm_csv_measured_on_another_gpu_is_refused(tmp_path, monkeypatch, capsys):
+    """The kit's '# source: ... device=NVIDIA H200' line names the GPU, as a trace's deviceProperties do."""
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "b.yaml", "--gpu", "b200", "--gemm", str(H200_GEMM))
+    assert code == 2 and prof is None
+    assert err.strip() == (f"error: {H200_GEMM}:1: gpu: --gpu b200 (B200) is not the GPU this file was measured on, "
+                           "'NVIDIA H200' (H200): give the --gpu it ran on")
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "h.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", str(H200_GEMM))
+    assert code == 0 and "matmul_efficiency_max" in prof["gpus"]["h200-sxm-141gb"], err
+
+
+def test_a_copy_of_an_input_is_refused_like_the_same_file(tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "copy.csv"
+    shutil.copy(H200_GEMM, copy)
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", str(H200_GEMM), "--gemm", str(copy))
+    assert code == 2 and prof is None
+    assert err.strip() == (f"error: {copy}: gemm: has the same content as {H200_GEMM}: its points would count "
+                           "twice in the fit; give each file once")
+    copy.write_text(H200_GEMM.read_text().replace("gemm_sweep.py", "gemm_sweep.py (copied)", 1))  # other bytes
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", str(H200_GEMM), "--gemm", str(copy))
+    assert code == 0, err  # only the comment differs: two files (the user's call), one fit
+
+
+def test_runs_without_a_scorable_row_are_still_in_the_provenance(tmp_path, monkeypatch, capsys):
+    runs = pd.read_csv(DATA / "runs" / "calibration_runs.csv").head(5)
+    measured = ["iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu"]
+    path = tmp_path / "nomeas.csv"
+    runs.drop(columns=measured).to_csv(path, index=False)
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", str(H200_GEMM), "--runs", str(path))
+    assert code == 0 and "no runs parameter fitted" in err
+    entry = [i for i in prof["provenance"]["inputs"] if i["kind"] == "runs"]
+    assert len(entry) == 1 and entry[0]["points"] == 0 and entry[0]["path"].endswith("nomeas.csv")
+
+
+def test_a_stack_efficiency_the_logs_replace_is_not_recorded_as_the_runs_fit(tmp_path, monkeypatch, capsys):
+    runs = pd.read_csv(DATA / "runs" / "calibration_runs.csv")
+    path = tmp_path / "sc21.csv"
+    runs[runs.run_id.str.match(r"sc21-t[12]-")].to_csv(path, index=False)
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h100-sxm5-80gb",
+                                    "--runs", str(path), "--log", str(MEGATRON_LOG))
+    assert code == 0, err
+    prov, value = prof["provenance"], prof["frameworks"]["megatron-lm"]["kernel_efficiency"]
+    assert prov["logs_fit_params"] == {"megatron-lm.kernel_efficiency": value}
+    assert "megatron-lm.kernel_efficiency" not in prov["runs_fit_params"]
+    assert prov["runs_fit_params_replaced_by_logs"]["megatron-lm.kernel_efficiency"] != value
+
+
+def test_an_input_outside_the_working_directory_is_recorded_by_its_absolute_path(tmp_path, monkeypatch, capsys):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    shutil.copy(H200_GEMM, tmp_path / "g.csv")
+    monkeypatch.chdir(sub)
+    code, prof, _, err = _calibrate(monkeypatch, capsys, sub / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", "../g.csv")
+    assert code == 0, err
+    assert prof["provenance"]["inputs"][0]["path"] == str((tmp_path / "g.csv").resolve())
