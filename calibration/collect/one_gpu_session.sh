@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU, a few minutes: every single-GPU measurement of this kit into one folder.
 #
-#   bash calibration/collect/one_gpu_session.sh OUT_DIR
+#   GPU=h200-sxm-141gb bash calibration/collect/one_gpu_session.sh OUT_DIR   # GPU: perfmodel's name of it
 #
 # Writes (each with its own '# source:' provenance line):
 #   gemm_llama3-8b_tp1.csv      layer GEMMs of Llama-3 8B on one GPU + the square grid, bf16 and fp8
@@ -13,6 +13,7 @@
 #   layer_llama3-70b_tp8_s8192.json  the same for one TP-8 rank of a Llama-3 70B layer
 #   memory.csv                  copy, residual add, SwiGLU and fused AdamW bandwidth, 64 MiB..4 GiB
 #   sustained_gemm.csv          an 8192^3 bf16 GEMM back to back for 30 s: TFLOP/s and SM clock over time
+#   train_steps.csv             whole training steps of an 8-layer Llama-3 8B-shaped model, 13 configurations (runs schema)
 #   log.txt                     nvidia-smi and torch versions before and after, every script's stderr
 # Each stage has its own time limit, so a slow one leaves the others' files in place.
 set -u
@@ -58,5 +59,6 @@ stage() {  # stage SECONDS NAME command...
         --steps 3 --out "$out/layer_llama3-70b_tp8_s8192.json"
     stage 60 memory $py "$here/memory_sweep.py" --out "$out/memory.csv"
     stage 60 sustained $py "$here/sustained_gemm.py" --size 8192 --seconds 30 --out "$out/sustained_gemm.csv"
+    stage 180 train-steps $py "$here/train_step_sweep.py" --gpu "${GPU:-h200-sxm-141gb}" --out "$out/train_steps.csv"
     gpu_state after
 } 2>&1 | tee "$log"

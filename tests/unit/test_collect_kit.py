@@ -300,6 +300,23 @@ def test_sustained_gemm_cpu_run(torch, tmp_path):
     assert (df.tflop_per_s >= 0).all() and df.sm_clock_mhz.isna().all()  # no NVML reading on a CPU
 
 
+def test_train_step_sweep_cpu_run_is_a_runs_csv_validate_scores(torch, tmp_path):
+    import train_step_sweep
+
+    from perfmodel.calibrate.parsers import read_runs_csv
+    from perfmodel.validate import predict_runs
+
+    out = tmp_path / "steps_cpu.csv"
+    rows = train_step_sweep.run(train_step_sweep.parse_args(
+        ["--gpu", "h100-sxm5-80gb", "--device", "cpu", "--quick", "--out", str(out)]))
+    assert len(rows) == len(train_step_sweep.QUICK_CONFIGS)
+    assert out.read_text().splitlines()[1] == ",".join(train_step_sweep.RUNS_COLUMNS)
+    runs = read_runs_csv(out)
+    assert list(runs.global_batch.astype(int)) == [mb * n for _, mb, n, _ in train_step_sweep.QUICK_CONFIGS]
+    pred = predict_runs(runs)
+    assert (pred.status == "ok").all() and (pred.pred_iteration_time_s > 0).all()
+
+
 def test_layer_matches_gemm_shapes(torch):
     import profile_layer
 

@@ -173,3 +173,28 @@ def test_streaming_bandwidth_and_the_optimizer_step():
     measured_s_per_param = adamw.time_s / adamw.n_elements + 8.0 / (H200.hbm_bandwidth_bytes_per_s * copy_eff)
     model_s_per_param = elementwise_time_s(C.optimizer_bytes_per_param, H200.hbm_bandwidth_bytes_per_s, C.hbm_efficiency)
     assert (model_s_per_param / measured_s_per_param).between(0.94, 1.06).all()
+
+
+def test_whole_training_steps_on_the_h200_out_of_sample():
+    """13 configurations of plain PyTorch training steps (an 8-layer Llama-3 8B-shaped model, 2K-16K
+    tokens, micro-batch 1-8, gradient accumulation, full recompute; train_step_sweep.py), never fitted:
+    the shipped profile predicts them with 9.8% MAPE (median 7.7%) and ranks them with Spearman 0.95.
+    The error is in the short steps: the stacks' fixed step overhead (0.05 s, fitted on Megatron-style
+    runs) is more than an eager loop spends, so a 90 ms step comes out 43% slow; from 0.25 s on, every
+    step is within 16%."""
+    from scipy.stats import spearmanr
+
+    from perfmodel.calibrate.parsers import read_runs_csv
+    from perfmodel.validate import error_table, predict_runs
+
+    runs = read_runs_csv(DATA / "train_steps.csv")
+    pred = predict_runs(runs)
+    assert len(runs) == 13 and (pred.status == "ok").all()
+    overall = error_table(runs, pred)[1]
+    assert overall["mape_pct"] < 12.0
+    measured = pd.to_numeric(runs.iteration_time_s).to_numpy()
+    err = pred.pred_iteration_time_s.to_numpy() / measured - 1
+    assert np.all(np.abs(err[measured > 0.25]) < 0.16)
+    assert err[np.argmin(measured)] > 0.3  # the shortest step carries the fixed overhead
+    rho = spearmanr(pd.to_numeric(runs.tokens_per_s_per_gpu), pred.pred_tokens_per_s_per_gpu).statistic
+    assert rho > 0.9
