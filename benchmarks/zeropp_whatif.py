@@ -1,6 +1,6 @@
 """ZeRO-3 vs ZeRO++ on the measured pairs and against scale-out bandwidth.
 
-    python benchmarks/zeropp_whatif.py          # pairs table, what-if tables (bandwidth, nodes) and plot
+    python benchmarks/zeropp_whatif.py          # pairs table, held-out sweep, what-if tables (bandwidth, nodes), plot
     python benchmarks/zeropp_whatif.py --fit    # refit the deepspeed profile's ZeRO-3 parameters
 
 The fit (scipy.optimize.least_squares, soft_l1 on log TFLOP/s ratios of both ZeRO-3 and ZeRO++
@@ -22,6 +22,8 @@ from perfmodel.zeropp import pair_inputs, predict_pairs
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ROOT / "calibration" / "data" / "runs" / "zeropp_pairs.csv"
 SHARED_PAIRS = Path("/work/shared/data/runs/zeropp_pairs.csv")
+#: the blog's bandwidth sweep (eval3.png: 200 and 800 Gbit/s, 2K tokens/GPU), never fitted: held out
+SWEEP = ROOT / "calibration" / "data" / "runs" / "zeropp_bandwidth_sweep.csv"
 OUT = Path(__file__).resolve().parent
 
 
@@ -84,7 +86,8 @@ def whatif_nodes(nodes=(1, 2, 4, 8, 24), bandwidths=(100, 400, 3200), tokens=("1
                 "speedup_pred", "zeropp_fits"]]
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame, path: Path, measured: pd.DataFrame | None = None) -> None:
+    """Predicted TFLOP/s against bandwidth; ``measured`` (pairs and sweep rows) drawn as open markers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,12 +99,19 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             t = table[(table.model == model) & (table.tokens_per_gpu == tok)]
             ax.plot(t.gbit_per_s, t.zero3_tflops_pred, "o" + ls, color="C0", label=f"ZeRO-3, {tok} tok/GPU")
             ax.plot(t.gbit_per_s, t.zeropp_tflops_pred, "s" + ls, color="C3", label=f"ZeRO++, {tok} tok/GPU")
+            if measured is not None:
+                m = measured[(measured.params_billion == model) & (measured.tokens_per_gpu == tok)]
+                ms = 6 if tok == "1K" else 10  # the 1K points smaller, as their lines are dashed
+                ax.plot(m.scale_out_gbit_per_s_per_node, m.zero3_tflops_per_gpu, "o", mfc="none", color="C0", ms=ms,
+                        label=f"measured ZeRO-3, {tok}")
+                ax.plot(m.scale_out_gbit_per_s_per_node, m.zeropp_tflops_per_gpu, "s", mfc="none", color="C3", ms=ms,
+                        label=f"measured ZeRO++, {tok}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(table.gbit_per_s.unique()), [str(int(b)) for b in table.gbit_per_s.unique()])
         ax.set_xlabel("scale-out bandwidth per node (Gbit/s)")
         ax.set_title(f"GPT {model}B, 384 V100 (16/node)")
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel("predicted TFLOP/s per GPU")
+    axes[0].set_ylabel("TFLOP/s per GPU (lines: predicted; open: measured)")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -120,6 +130,12 @@ def main() -> None:
         print(pairs.round(2).to_string())
         print(f"mean |speedup error| {pairs.speedup_err_pct.abs().mean():.1f}%, "
               f"mean |ZeRO-3 TFLOP/s error| {pairs.zero3_err_pct.abs().mean():.1f}%")
+        sweep = pd.read_csv(SWEEP)
+        held = predict_pairs(sweep)
+        print("held out, the blog's bandwidth sweep (eval3.png), never fitted:")
+        print(held.round(2).to_string())
+        print(f"held-out mean |speedup error| {held.speedup_err_pct.abs().mean():.1f}%, "
+              f"mean |ZeRO-3 TFLOP/s error| {held.zero3_err_pct.abs().mean():.1f}%")
         table = whatif()
         print(table.round(2).to_string())
         nodes = whatif_nodes()
@@ -127,7 +143,7 @@ def main() -> None:
         print(nodes.pivot_table(index=["model", "tokens_per_gpu", "gbit_per_s"], columns="nodes",
                                 values="speedup_pred").round(2).to_string())
     table.round(3).to_csv(OUT / "zeropp_whatif.csv", index=False)
-    plot(table, OUT / "zeropp_whatif.png")
+    plot(table, OUT / "zeropp_whatif.png", pd.concat([df, sweep], ignore_index=True))
 
 
 if __name__ == "__main__":
