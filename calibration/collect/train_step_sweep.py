@@ -11,7 +11,7 @@ peak allocated memory in ``notes``. A configuration that runs out of memory is s
 
     python calibration/collect/train_step_sweep.py --gpu h200-sxm-141gb --out steps.csv
     python calibration/collect/train_step_sweep.py --gpu h200-sxm-141gb --device cpu --quick --out steps_cpu.csv
-    perfmodel validate steps.csv
+    perfmodel validate steps.csv --out pred.csv
 
 ``--gpu`` is perfmodel's catalog name of the GPU the sweep runs on (the CSV's ``gpu`` column).
 """
