@@ -86,13 +86,15 @@ def call_times_s(torch, device, call, warmup: int, iters: int) -> list[float]:
     return out
 
 
-def write_rows_csv(rows: Iterable[dict], columns: Sequence[str], path: str | Path, source: str) -> Path:
-    """``source`` (a ``# source:`` line), then ``rows`` as CSV under ``columns``; the folder is made."""
+def write_rows_csv(rows: Iterable[dict], columns: Sequence[str], path: str | Path, source: str | None = None) -> Path:
+    """``source`` (a ``# source:`` line) if given, then ``rows`` as CSV under ``columns``, LF line ends;
+    the folder is made. Every table of the kit is written through it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as f:
-        f.write(source + "\n")
-        w = csv.DictWriter(f, fieldnames=list(columns))
+        if source:
+            f.write(source.rstrip("\n") + "\n")
+        w = csv.DictWriter(f, fieldnames=list(columns), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     return path
@@ -122,16 +124,8 @@ class GemmRow:
 
 def write_gemm_csv(rows: Iterable[GemmRow], path: str | Path, source: str | None = None) -> Path:
     """CSV ``m,n,k,dtype,time_s,op,n_iters`` with an optional ``# source:`` first line."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        if source:
-            fh.write(source.rstrip("\n") + "\n")
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(GEMM_COLUMNS)
-        for r in rows:
-            w.writerow([r.m, r.n, r.k, r.dtype, f"{r.time_s:.9e}", r.op, r.n_iters])
-    return path
+    return write_rows_csv(({"m": r.m, "n": r.n, "k": r.k, "dtype": r.dtype, "time_s": f"{r.time_s:.9e}", "op": r.op,
+                            "n_iters": r.n_iters} for r in rows), GEMM_COLUMNS, path, source)
 
 
 # --------------------------------------------------------------------------- attention CSV
@@ -171,18 +165,10 @@ class AttentionRow:
 def write_attention_csv(rows: Iterable[AttentionRow], path: str | Path,
                         source: str | None = None) -> Path:
     """CSV with ``ATTENTION_COLUMNS``; ``causal`` is ``yes``/``no`` as in kernels.csv."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        if source:
-            fh.write(source.rstrip("\n") + "\n")
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(ATTENTION_COLUMNS)
-        for r in rows:
-            w.writerow([r.batch, r.seq_len, r.n_heads, r.head_dim, "yes" if r.causal else "no",
-                        r.direction, r.dtype, f"{r.time_s:.9e}", f"{r.tflop_per_s:.6g}",
-                        r.backend, r.n_iters])
-    return path
+    return write_rows_csv(({"batch": r.batch, "seq_len": r.seq_len, "n_heads": r.n_heads, "head_dim": r.head_dim,
+                            "causal": "yes" if r.causal else "no", "direction": r.direction, "dtype": r.dtype,
+                            "time_s": f"{r.time_s:.9e}", "tflop_per_s": f"{r.tflop_per_s:.6g}", "backend": r.backend,
+                            "n_iters": r.n_iters} for r in rows), ATTENTION_COLUMNS, path, source)
 
 
 # --------------------------------------------------------------------------- nccl-tests text

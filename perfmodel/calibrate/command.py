@@ -54,11 +54,13 @@ def _gpu_spec(gpu: str | AcceleratorSpec) -> AcceleratorSpec:
     return gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
 
 
-def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, float], pd.DataFrame]:
+def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec,
+             fixed: dict[str, float] | None = None) -> tuple[dict[str, float], pd.DataFrame]:
     """Fit the best-shape matmul efficiency of ``gpu`` (catalog name or spec) to measured GEMM
     times (robust, on log time) through the same wave-quantized roofline the step model uses:
     bf16/fp16 rows give ``matmul_efficiency_max``, fp8/mxfp8 rows ``fp8_matmul_efficiency_max``,
-    each against its own dense peak; other rows get no error (NaN) and fit nothing."""
+    each against its own dense peak; other rows get no error (NaN) and fit nothing. ``fixed``: efficiencies
+    to take as they are instead of fitting them (the errors of these rows under a fit made elsewhere)."""
     gpu = _gpu_spec(gpu)
     dtypes = np.array([_gemm_dtype(d) for d in gemm["dtype"]])
     peak = np.array([gpu.peak_flop_per_s(d) for d in dtypes])
@@ -82,10 +84,13 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> tuple[dict[str, 
         sel = np.isin(dtypes, group)
         if not sel.any():
             continue
-        res = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([GEMM_EFFICIENCY_BOUNDS[0]],
-                            [GEMM_EFFICIENCY_BOUNDS[1]]), loss="soft_l1", f_scale=0.1)
-        fitted[key] = float(res.x[0])
-        err[sel] = np.abs(np.exp(resid(res.x, sel)) - 1.0) * 100
+        if fixed is not None and key in fixed:
+            x = np.array([fixed[key]])
+        else:
+            x = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([GEMM_EFFICIENCY_BOUNDS[0]],
+                              [GEMM_EFFICIENCY_BOUNDS[1]]), loss="soft_l1", f_scale=0.1).x
+        fitted[key] = float(x[0])
+        err[sel] = np.abs(np.exp(resid(x, sel)) - 1.0) * 100
     return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
 
 
@@ -175,7 +180,7 @@ def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
                                  where=str(out))
             # a copy under another name is the same measurements: hashed only when a regular file (a FIFO
             # or a device is refused, unread, by its parser)
-            digest = sha256_of(p) if p.is_file() else None
+            digest = sha256_of(p) if p.is_file() and p.stat().st_size > 0 else None  # an empty one: its parser says so
             for other_option, q, other_digest in seen:
                 if same_file(p, q):
                     also = "" if other_option == option else f" (and to --{other_option} as {q})"
@@ -256,39 +261,52 @@ def run_calibration(
         if len(unfitted) < len(parsed_nccl):
             applied_from.append("nccl-tests")
     if parsed_gemm:
-        # one fit over every GEMM file (all measure this GPU): a second file refines the first, it does
-        # not replace it; each file's line gives its own shapes' error under that joint fit
-        joint = pd.concat([g.assign(batch=g["batch"] if "batch" in g else 1.0)[["m", "n", "k", "dtype", "time_s", "batch"]]
-                           for _, g in parsed_gemm], ignore_index=True)
-        effs, errs = fit_gemm(joint, spec)
-        names = ", ".join(str(p) for p, _ in parsed_gemm)
-        if not effs:
-            raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
-                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", names)
-        for key, value in list(effs.items()):
-            if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < value < GEMM_EFFICIENCY_BOUNDS[1] * 0.999:
+        # each file is checked by its own fit first, as if given alone: one with nothing to fit is refused,
+        # one whose fit ends on its bound (a wrong time unit, dtype or --gpu) is said and left out; the rest
+        # are one fit (all measure this GPU), so a second file refines the first instead of replacing it,
+        # whatever their order, and each file's line gives its own shapes' error under that joint fit
+        usable = []
+        for p, g in parsed_gemm:
+            own_effs, _ = fit_gemm(g, spec)
+            if not own_effs:
+                raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
+                                 "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+            at_bound = {k: v for k, v in own_effs.items()
+                        if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < v < GEMM_EFFICIENCY_BOUNDS[1] * 0.999}
+            for key, value in at_bound.items():
                 # as for a log: a fit stopped by its bound is not a rate the roofline explains
-                print(f"warning: gemm {names}: the {key} fit ends on its bound ({value:.3f}): these times are not "
+                print(f"warning: gemm {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
                       "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
                       "not applied", file=sys.stderr)
-                del effs[key]
-                refused += [str(p) for p, _ in parsed_gemm]
+            if at_bound:
+                refused.append(str(p))
+            usable.append((p, g, set(own_effs) - set(at_bound)))
+        keys = set().union(*(k for _, _, k in usable))
+        rows = [g[g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])] for _, g, ks in usable]
+        effs, _ = fit_gemm(pd.concat(rows, ignore_index=True), spec) if keys else ({}, None)
+        effs = {k: v for k, v in effs.items() if k in keys}
         gpus_over.setdefault(spec.name, {}).update(effs)
         if effs:
             applied_from.append("gemm")
         shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items()) or "nothing applied"
-        start = 0
-        for p, g in parsed_gemm:
-            own = errs.abs_err_pct.iloc[start:start + len(g)]
-            start += len(g)
-            med = float(own.median())  # over the fitted rows (the others are NaN)
+        joint = sum(bool(ks) for _, _, ks in usable) > 1
+        for p, g, ks in usable:
+            # this file's shapes under what is applied; a file nothing is applied from: under its own fit
+            groups = g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])
+            _, errs = fit_gemm(g, spec, fixed={k: effs[k] for k in ks if k in effs}) if ks else fit_gemm(g, spec)
+            err = errs.abs_err_pct.where(groups.to_numpy()) if ks else errs.abs_err_pct
+            med = float(err.median()) if err.notna().any() else float("nan")
             inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),
-                           "points": int(own.notna().sum()), "median_abs_err_pct": med, **effs})
-            skipped = int(own.isna().sum())
-            echo(f"gemm {p}: {len(g)} shapes, {shown}"
-                 + (f" (one fit over the {len(parsed_gemm)} GEMM files)" if len(parsed_gemm) > 1 else "")
+                           "points": int(err.notna().sum()) if ks else 0, "median_abs_err_pct": med,
+                           **{k: v for k, v in effs.items() if k in ks}})
+            skipped = int(len(g) - err.notna().sum()) if ks else int(errs.abs_err_pct.isna().sum())
+            echo(f"gemm {p}: {len(g)} shapes, "
+                 + (", ".join(f"{k} = {v:.3f}" for k, v in effs.items() if k in ks) or "nothing applied")
+                 + (f" (one fit over the {sum(bool(k) for _, _, k in usable)} GEMM files)" if joint and ks else "")
                  + f", median |error| = {med:.1f}%"
-                 + (f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
+                 + (f" ({skipped} rows checked, not fitted: fp32/tf32/4-bit, or a precision whose fit ends on "
+                    "its bound)" if skipped and ks else
+                    f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
         # points: 0, nothing is fitted from a trace (its kernels are summarised and compared)
@@ -457,18 +475,11 @@ def run_calibration(
     return cal
 
 
-def _held_intra_node(tables, gpus_per_node: int, cal: Calibration, network, spec) -> dict[str, float]:
-    """The NVLink tier the profile being refined already holds for this fabric (a named one's entry) or this
-    GPU (``gpus.<gpu>``, an unnamed fit's), when no single-node table of the shared collectives is given:
-    multi-node tables barely determine it (the fit would return its starting value), so it is held, not
-    refitted; a refinement changes only what its tables measure. {} when single-node tables are given or
-    the profile has no such value (the shipped one: the fit takes it from the multi-node tables as before)."""
-    from perfmodel.calibration_profile import NETWORK_OP_SPECIFIC
-
-    single = any((t.n_nodes or -(-int(t.n_ranks) // max(int(gpus_per_node), 1))) == 1
-                 for t in tables if t.op not in NETWORK_OP_SPECIFIC and t.n_ranks)
-    if single:
-        return {}
+def _profile_intra_node(cal: Calibration, network, spec) -> dict[str, float]:
+    """The NVLink tier the profile this run starts from (the shipped one, or ``--calibration``'s) holds for
+    the named fabric (its entry) or, unnamed, for this GPU (``gpus.<gpu>``): the fit keeps it when no
+    single-node table of the shared collectives is among the tables it uses (``fit_collectives``'
+    ``held_intra``); {} where the profile has none (the fit then takes it from the multi-node tables)."""
     net = (network or "").strip().lower()
     own = cal.networks.get(net, {}) if net else cal.gpus.get(spec.name, {})
     return {k: float(own[k]) for k in ("nvlink_efficiency", "intra_node_latency_us") if k in own}
@@ -484,9 +495,14 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
     fit = fit_from_tables(
         tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec,
         gpus_per_node=cluster["gpus_per_node"], scale_out_gbit_per_s_per_node=cluster["scale_out_gbit_per_s_per_node"],
-        network=network, inherited=inherited, fixed=_held_intra_node(tables, cluster["gpus_per_node"], cal, network, spec),
+        network=network, inherited=inherited, held_intra=_profile_intra_node(cal, network, spec),
     )
     residuals = fit.median_abs_err_pct
+    if fit.held:
+        shown = ", ".join(f"{k} = {v:.4g}" for k, v in sorted(fit.held.items()))
+        where = f"the {network} entry" if (network or "").strip() else f"{spec.name}'s entry"
+        echo(f"nccl-tests: no single-node table, so the NVLink tier is not refitted: {shown} kept from {where} "
+             "of the profile this run starts from")
     unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
     if unfitted:
         what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "

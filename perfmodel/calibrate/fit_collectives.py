@@ -249,18 +249,23 @@ def fit_collectives(
     min_bytes: float = MIB,
     fixed: dict[str, dict[str, float]] | None = None,
     base: Calibration | None = None,
+    held_intra: dict[str, dict[str, float]] | None = None,
 ) -> dict:
     """Fit one parameter set per system (``network``) to nccl-tests tables.
 
     ``measurements``: (NcclTestsResult, gpu, gpus_per_node, scale_out_gbit_per_s_per_node,
     network[, path]) tuples. ``fixed``: per network, values not fitted (e.g. congestion_nodes
-    from a bandwidth-vs-nodes curve). Returns ``{"constants", "gpus", "networks", "systems",
+    from a bandwidth-vs-nodes curve). ``held_intra``: per network, an NVLink tier (nvlink_efficiency,
+    intra_node_latency_us) the profile being refined already holds: kept, not fitted, when none of the
+    shared collectives' tables the fit uses spans a single node (multi-node tables barely determine it);
+    it never enters a collective's own (``op.``) fit. Returns ``{"constants", "gpus", "networks", "systems",
     "residuals"}``: the first three are Calibration overrides; ``residuals`` has one row per table
     (median and max |error| over its sizes >= ``min_bytes``)."""
     base = base if base is not None else Calibration()
     fixed = fixed or {}
     tables = _tables(measurements, min_bytes)
     systems: dict[str, dict[str, float]] = {}
+    held: dict[str, dict[str, float]] = {}  # the held_intra values each fabric's fit kept
     plain: dict[str, dict[str, float]] = {}  # without a low-latency protocol: the GPU-wide defaults' source
     for net in sorted({network_key(t.m.network) for t in tables}):
         ts = [t for t in tables if network_key(t.m.network) == net]
@@ -273,7 +278,10 @@ def fit_collectives(
         over = _fit_group(single, "", {}, fix, True, base)[0] if single else {}
         plain[net] = over
         if multi:
-            over, plain[net] = _fit_group(multi, "", over, fix, not single, base)
+            hold = {} if single else {k: v for k, v in (held_intra or {}).get(net, {}).items() if k not in fix}
+            over, plain[net] = _fit_group(multi, "", over, {**fix, **hold}, not single, base)
+            if hold:
+                held[net] = hold
         for op in OP_SPECIFIC:
             sub = [t for t in ts if t.op == op]
             if sub:
@@ -283,7 +291,7 @@ def fit_collectives(
         systems[net] = over
     residuals = residual_table(tables, systems, base)
     overrides = _overrides(tables, systems, plain)
-    return {**overrides, "systems": systems, "residuals": residuals}
+    return {**overrides, "systems": systems, "residuals": residuals, "held": held}
 
 
 class TablesFit(NamedTuple):
@@ -295,11 +303,13 @@ class TablesFit(NamedTuple):
     """Per path (or "table i"): median |error| in % over the sizes the fit used."""
     points: dict[str, int]
     """Per path: the rows the fit used (sizes >= 1 MiB of the collectives it fits, all its tables)."""
+    held: dict[str, float] = {}
+    """The NVLink tier values kept from the profile instead of fitted (``held_intra``), if any."""
 
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
                     network: str | None = None, paths=None, base: Calibration | None = None,
-                    inherited: dict[str, float] | None = None, fixed: dict[str, float] | None = None) -> TablesFit:
+                    inherited: dict[str, float] | None = None, held_intra: dict[str, float] | None = None) -> TablesFit:
     """One system's tables (``perfmodel calibrate --nccl-tests``) -> ``TablesFit``. Ranks per node
     are taken from each table (ranks / hosts) when it names its hosts, else ``gpus_per_node``; the
     NIC bandwidth ``scale_out_gbit_per_s_per_node`` is that of a ``gpus_per_node`` node, scaled to
@@ -309,8 +319,8 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     The fit runs over it, so what it does not determine (a congestion, which takes three node counts;
     how latency grows with nodes, two; another op's own values) stays the inherited value in the fit as
     in the merged profile, which therefore reproduces the tables it reports on. A congestion the
-    tables do fit is fitted uncapped (the inherited cap described other measurements). ``fixed``: values
-    held, not fitted (calibrate's refinement keeps a fitted NVLink tier that no single-node table measures)."""
+    tables do fit is fitted uncapped (the inherited cap described other measurements). ``held_intra``: the
+    NVLink tier the profile holds for this fabric or GPU (``fit_collectives``' argument of that name)."""
     paths = list(paths) if paths is not None else [f"table {i}" for i in range(len(tables))]
     ms = []
     for t, p in zip(tables, paths):
@@ -325,11 +335,13 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
         if len({c for c in counts if c > 1}) >= 3:
             entry.pop("congestion_max_nodes", None)
         base = base.model_copy(update={"networks": {**base.networks, network_key(network or ""): entry}})
-    fit = fit_collectives(ms, base=base, fixed={network_key(network or ""): dict(fixed)} if fixed else None)
+    fit = fit_collectives(ms, base=base,
+                          held_intra={network_key(network or ""): dict(held_intra)} if held_intra else None)
     per_file = file_residuals(fit["residuals"]) if len(fit["residuals"]) else pd.DataFrame(columns=["path"])
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
     return TablesFit(over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()},
-                     {r.path: int(r.points) for r in per_file.itertuples()})
+                     {r.path: int(r.points) for r in per_file.itertuples()},
+                     fit["held"].get(network_key(network or ""), {}))
 
 
 def residual_table(tables, systems, base: Calibration) -> pd.DataFrame:

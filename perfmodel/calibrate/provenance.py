@@ -16,15 +16,24 @@ from perfmodel.calibration_profile import DEFAULT_PROFILE_PATH, Calibration
 
 #: what a calibrate run records about its own fits; a base's are left to the base
 RUN_RECORDS = frozenset({"created", "gpu", "cluster", "inputs", "base_profile", "runs_fit_params",
-                         "runs_mape_pct_by_source", "logs_fit_params"})
+                         "runs_mape_pct_by_source", "logs_fit_params", "runs_fit_params_replaced_by_logs"})
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """SHA-256 of the file, read once per (path, size, modification time): calibrate's duplicate-input
+    check and its provenance entries both ask for it, and a trace can be gigabytes."""
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
 
 
 def rel(path: Path) -> str:

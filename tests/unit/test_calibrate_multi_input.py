@@ -34,13 +34,15 @@ def test_refining_with_multi_node_tables_keeps_the_fitted_nvlink_tier(tmp_path, 
     assert code == 0, err
     nvlink = first["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"]
     assert abs(nvlink - 0.8) > 0.05  # a fitted value, not the start
-    code, refined, _, err = _calibrate(monkeypatch, capsys, tmp_path / "two.yaml", *gpu, "--calibration", str(one),
-                                       "--nccl-tests", str(XX_10NODES))
+    code, refined, out, err = _calibrate(monkeypatch, capsys, tmp_path / "two.yaml", *gpu, "--calibration", str(one),
+                                         "--nccl-tests", str(XX_10NODES))
     assert code == 0, err
+    assert "no single-node table, so the NVLink tier is not refitted" in out
     own = refined["gpus"]["h100-sxm5-80gb"]
     assert own["nvlink_efficiency"] == nvlink
     assert own["intra_node_latency_us"] == first["gpus"]["h100-sxm5-80gb"]["intra_node_latency_us"]
-    assert own["scale_out_latency_us"] != first["gpus"]["h100-sxm5-80gb"].get("scale_out_latency_us")  # refitted
+    # the ten-node tables fit the scale-out tier, which the one-node table could not
+    assert "scale_out_latency_us" not in first["gpus"]["h100-sxm5-80gb"] and own["scale_out_latency_us"] > 0
     # given together, the one-node table fits the tier and the ten-node ones the rest: the same NVLink value
     code, both, _, err = _calibrate(monkeypatch, capsys, tmp_path / "both.yaml", *gpu, "--nccl-tests", str(P5_1NODE),
                                     "--nccl-tests", str(XX_10NODES))
@@ -106,3 +108,82 @@ def test_an_input_outside_the_working_directory_is_recorded_by_its_absolute_path
                                     "--gemm", "../g.csv")
     assert code == 0, err
     assert prof["provenance"]["inputs"][0]["path"] == str((tmp_path / "g.csv").resolve())
+
+
+def test_a_one_node_table_the_fit_drops_does_not_release_the_held_tier(tmp_path, monkeypatch, capsys):
+    """A one-node table whose sizes all lie below the fit's 1 MiB floor is no single-node measurement:
+    the NVLink tier stays held (was: counted as one, and the tier went back to the fit's start, 0.8)."""
+    gpu = ["--gpu", "h100-sxm5-80gb"]
+    one = tmp_path / "one.yaml"
+    assert _calibrate(monkeypatch, capsys, one, *gpu, "--nccl-tests", str(P5_1NODE))[0] == 0
+    small = tmp_path / "small_1node.txt"
+    prefix = "[1,0]<stdout>:"  # the file's OpenMPI rank prefix
+
+    def size(line: str) -> int | None:
+        cells = line.removeprefix(prefix).split()
+        return int(cells[0]) if cells and cells[0].isdigit() else None
+
+    kept = [line for line in P5_1NODE.read_text().splitlines() if size(line) is None or size(line) < 2**20]
+    assert 15 <= sum(size(line) is not None for line in kept) < 25  # the rows below 1 MiB, no more
+    small.write_text("\n".join(kept) + "\n")
+    code, refined, _, err = _calibrate(monkeypatch, capsys, tmp_path / "two.yaml", *gpu, "--calibration", str(one),
+                                       "--nccl-tests", str(XX_10NODES), "--nccl-tests", str(small))
+    assert code == 0, err
+    nvlink = yaml.safe_load(one.read_text())["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"]
+    assert refined["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"] == nvlink
+
+
+def test_the_held_tier_stays_out_of_a_collectives_own_values(tmp_path, monkeypatch, capsys):
+    """The held NVLink tier is the shared collectives' (all_reduce ...): a refinement with only an alltoall
+    table fits that collective's own values on the default fabric, which every GPU reads, and must not copy
+    the H100's held tier into them (was: all_to_all.nvlink_efficiency and .intra_node_latency_us = the
+    H100's 0.977 and 37.5 us, for every GPU's all-to-all)."""
+    gpu = ["--gpu", "h100-sxm5-80gb"]
+    one = tmp_path / "one.yaml"
+    assert _calibrate(monkeypatch, capsys, one, *gpu, "--nccl-tests", str(P5_1NODE))[0] == 0
+    lines = XX_10NODES.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "Collective test starting: alltoall_perf" in line)
+    end = next(i for i, line in enumerate(lines) if "Collective test starting: sendrecv_perf" in line)
+    a2a = tmp_path / "a2a_10nodes.txt"
+    a2a.write_text("\n".join(lines[start:end]) + "\n")
+    code, refined, _, err = _calibrate(monkeypatch, capsys, tmp_path / "two.yaml", *gpu, "--calibration", str(one),
+                                       "--nccl-tests", str(a2a))
+    assert code == 0, err
+    held = yaml.safe_load(one.read_text())["gpus"]["h100-sxm5-80gb"]
+    shared = refined["networks"].get("", {})
+    assert any(k.startswith("all_to_all.") for k in shared)  # the op's own values were fitted ...
+    for key in ("nvlink_efficiency", "intra_node_latency_us"):  # ... but the held tier is not among them
+        assert shared.get(f"all_to_all.{key}") != held[key]
+
+
+def test_a_bad_gemm_file_beside_a_good_one_is_left_out_not_averaged_in(tmp_path, monkeypatch, capsys):
+    """Each GEMM file is checked by its own fit first: one whose fit ends on its bound (times 1000x too
+    slow) is said and left out, and the good file's fit stands (was: one joint fit of both, 0.605, silent)."""
+    slow = tmp_path / "slow.csv"
+    lines = H200_GEMM.read_text().splitlines()
+    rows = [",".join([*c[:4], f"{float(c[4]) * 1000:.9e}", *c[5:]]) for c in (line.split(",") for line in lines[2:])]
+    slow.write_text("\n".join(lines[:2] + rows) + "\n")
+    args = ["--gpu", "h200-sxm-141gb", "--gemm", str(H200_GEMM)]
+    code, alone, _, _ = _calibrate(monkeypatch, capsys, tmp_path / "a.yaml", *args)
+    code, both, out, err = _calibrate(monkeypatch, capsys, tmp_path / "b.yaml", *args, "--gemm", str(slow))
+    assert code == 0 and err.count(f"warning: gemm {slow}:") == 2, err
+    assert both["gpus"]["h200-sxm-141gb"] == alone["gpus"]["h200-sxm-141gb"]
+    entry = {i["path"]: i for i in both["provenance"]["inputs"]}
+    assert entry[str(slow)]["points"] == 0 and "matmul_efficiency_max" not in entry[str(slow)]
+
+
+def test_an_fp32_only_gemm_file_is_refused_beside_another(tmp_path, monkeypatch, capsys):
+    fp32 = tmp_path / "fp32.csv"
+    fp32.write_text("m,n,k,dtype,time_s\n4096,4096,4096,fp32,0.005\n")
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--gemm", str(H200_GEMM), "--gemm", str(fp32))
+    assert code == 2 and prof is None and err.startswith(f"error: {fp32}: dtype: no bf16/fp16")
+
+
+def test_two_empty_files_are_told_empty_not_duplicates(tmp_path, monkeypatch, capsys):
+    e1, e2 = tmp_path / "e1.csv", tmp_path / "e2.csv"
+    e1.write_text("")
+    e2.write_text("")
+    code, _, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                 "--gemm", str(e1), "--gemm", str(e2))
+    assert code == 2 and "same content" not in err and "empty" in err
