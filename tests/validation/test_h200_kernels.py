@@ -65,13 +65,27 @@ def test_step_gemm_rate_predicts_the_measured_layer_gemms(gemms):
     assert np.abs(err).max() < 0.25
 
 
-def test_calibrate_gemm_fit_lands_on_the_step_models_training_rate(gemms):
-    """``perfmodel calibrate --gemm`` over the three files fits 0.705 of peak: 0.88 of the best-shape
-    rate, where the shipped matmul_training_efficiency says 0.85."""
+def test_calibrate_gemm_estimates_the_best_shape_rate_and_keeps_the_end_to_end_error(gemms, tmp_path):
+    """``perfmodel calibrate --gemm`` over the three sweeps estimates the best-shape rate 0.816 (the
+    profile's 0.803 is stas00's H100 MAMF); under it, x 0.85 for training GEMMs, the layer shapes are
+    predicted with median error < 7%, and the 13 whole training steps measured on the same H200 stay
+    at 9.2% MAPE (the shipped profile: 9.8%). A least-squares fit through the middle of the shapes (0.705,
+    what calibrate wrote before) made them 15.8%: the shapes' shortfall from the best one counted twice."""
+    from perfmodel.calibrate.parsers import read_runs_csv
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.validate import error_table, predict_runs
+
     effs, errs = fit_gemm(gemms, H200)
-    ratio = effs["matmul_efficiency_max"] / H200.matmul_efficiency_max
-    assert ratio == pytest.approx(C.matmul_training_efficiency, abs=0.05)
+    assert effs["matmul_efficiency_max"] == pytest.approx(H200.matmul_efficiency_max, rel=0.03)
+    assert effs["fp8_matmul_efficiency_max"] == pytest.approx(H200.fp8_matmul_efficiency_max, rel=0.03)
     assert np.nanmedian(errs.abs_err_pct) < 7.0
+    runs = read_runs_csv(DATA / "train_steps.csv")
+    base = load_calibration(None)
+    mape = {}
+    for name, value in (("best-shape", effs["matmul_efficiency_max"]), ("least-squares", 0.705)):
+        gpus = {**base.gpus, "h200-sxm-141gb": {**base.gpus.get("h200-sxm-141gb", {}), "matmul_efficiency_max": value}}
+        mape[name] = error_table(runs, predict_runs(runs, base.model_copy(update={"gpus": gpus})))[1]["mape_pct"]
+    assert mape["best-shape"] < 10.0 < 15.0 < mape["least-squares"]
 
 
 def test_sustained_gemm_rate_is_the_training_efficiency():
