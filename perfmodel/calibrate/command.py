@@ -10,7 +10,8 @@ Each input kind feeds the parameters it can identify:
 * traces         -> summarised (kernel-time split, NCCL busbw per collective) and their NCCL kernels
   compared with the model's time for the same collective (the residual per trace); a kernel's time
   includes waiting for the other ranks and the trace carries no configuration of the step, so
-  nothing is fitted from them.
+  nothing is fitted from the NCCL kernels. The matmuls a trace recorded with their shapes
+  (``record_shapes=True``: ``KinetoSummary.gemm_ops``) join the GEMM files' best-shape estimate.
 The profile records this run only (``provenance``): every input (path, SHA-256, the points its fit
 used), the fit residuals, the date, the cluster assumed and the base profile by path and SHA-256. It is
 written atomically: on any error no file is left behind. Inputs that name their GPU (nccl-tests Rank
@@ -171,6 +172,76 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
     return gemm
 
 
+def _trace_gemm_rows(summary, path) -> pd.DataFrame | None:
+    """A trace's recorded matmuls (``KinetoSummary.gemm_ops``) as GEMM rows, with the trace as their file;
+    None when it recorded none in a precision the estimate uses (no ``record_shapes``, fp32 only)."""
+    g = summary.gemm_ops
+    if g is None or g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
+        return None
+    g = g[["m", "n", "k", "dtype", "time_s", "batch", "op"]].reset_index(drop=True)
+    g.attrs.update({"path": str(path)})
+    return g
+
+
+def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied_from: list,
+                   gpus_over: dict) -> dict[str, dict]:
+    """The best-shape rate over every GEMM source (``fit_gemm``): GEMM files and traces' recorded matmuls,
+    (path, rows, kind) each. Each is checked by its own estimate first, as if given alone: a GEMM file with
+    nothing to estimate is refused (a trace then only has nothing to add), one whose estimate ends on its
+    bound (a wrong time unit, dtype or --gpu) is said and left out; the rest are one estimate (all measure
+    this GPU), so a second source refines the first instead of replacing it, whatever their order, and each
+    source's line gives its own shapes' error under it. Returns, per path, its provenance fields (points,
+    median_abs_err_pct and what was applied from it)."""
+    if not sources:
+        return {}
+    mte = cal.cost_constants().matmul_training_efficiency  # the errors are the step model's, as estimate costs
+    usable = []
+    for p, g, kind in sources:
+        own_effs, _ = fit_gemm(g, spec, training_efficiency=mte)
+        if not own_effs:
+            raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
+                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+        at_bound = {k: v for k, v in own_effs.items()
+                    if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < v < GEMM_EFFICIENCY_BOUNDS[1] * 0.999}
+        for key, value in at_bound.items():
+            # as for a log: a fit stopped by its bound is not a rate the roofline explains
+            print(f"warning: {kind} {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
+                  "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
+                  "not applied", file=sys.stderr)
+        if at_bound and kind == "gemm":
+            refused.append(str(p))
+        usable.append((p, g, kind, set(own_effs) - set(at_bound)))
+    keys = set().union(*(k for *_, k in usable))
+    rows = [g[g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])][["m", "n", "k", "dtype",
+            "time_s", "batch"]] for _, g, _, ks in usable]
+    effs, _ = fit_gemm(pd.concat(rows, ignore_index=True), spec, training_efficiency=mte) if keys else ({}, None)
+    effs = {k: v for k, v in effs.items() if k in keys}
+    gpus_over.setdefault(spec.name, {}).update(effs)
+    if effs:
+        applied_from.append("gemm")
+    n_joint = sum(bool(ks) for *_, ks in usable)
+    info = {}
+    for p, g, kind, ks in usable:
+        # this source's shapes under what is applied; one nothing is applied from: under its own estimate
+        groups = g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])
+        _, errs = (fit_gemm(g, spec, fixed={k: effs[k] for k in ks if k in effs}, training_efficiency=mte) if ks
+                   else fit_gemm(g, spec, training_efficiency=mte))
+        err = errs.abs_err_pct.where(groups.to_numpy()) if ks else errs.abs_err_pct
+        med = float(err.median()) if err.notna().any() else float("nan")
+        info[str(p)] = {"points": int(err.notna().sum()) if ks else 0, "median_abs_err_pct": med,
+                        **{k: v for k, v in effs.items() if k in ks}}
+        skipped = int(len(g) - err.notna().sum()) if ks else int(errs.abs_err_pct.isna().sum())
+        what = f"{len(g)} shapes" if kind == "gemm" else f"{len(g)} matmuls with recorded shapes"
+        echo(f"{kind} {p}: {what}, "
+             + (", ".join(f"{k} = {v:.3f}" for k, v in effs.items() if k in ks) or "nothing applied")
+             + (f" (one estimate over {n_joint} GEMM sources)" if n_joint > 1 and ks else "")
+             + f", median |error| = {med:.1f}%"
+             + (f" ({skipped} rows checked, not fitted: fp32/tf32/4-bit, or a precision whose fit ends on "
+                "its bound)" if skipped and ks else
+                f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
+    return info
+
+
 def _write_atomic(profile: dict, out: Path) -> None:
     """Write through a temporary file in the same folder, then rename: ``out`` is either the
     whole profile or untouched. An OS failure is reported against ``out`` and the user's path,
@@ -276,60 +347,23 @@ def run_calibration(
         refused += unfitted
         if len(unfitted) < len(parsed_nccl):
             applied_from.append("nccl-tests")
-    if parsed_gemm:
-        # each file is checked by its own fit first, as if given alone: one with nothing to fit is refused,
-        # one whose fit ends on its bound (a wrong time unit, dtype or --gpu) is said and left out; the rest
-        # are one fit (all measure this GPU), so a second file refines the first instead of replacing it,
-        # whatever their order, and each file's line gives its own shapes' error under that joint fit
-        usable = []
-        mte = cal.cost_constants().matmul_training_efficiency  # the errors are the step model's, as estimate costs
-        for p, g in parsed_gemm:
-            own_effs, _ = fit_gemm(g, spec, training_efficiency=mte)
-            if not own_effs:
-                raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
-                                 "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
-            at_bound = {k: v for k, v in own_effs.items()
-                        if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < v < GEMM_EFFICIENCY_BOUNDS[1] * 0.999}
-            for key, value in at_bound.items():
-                # as for a log: a fit stopped by its bound is not a rate the roofline explains
-                print(f"warning: gemm {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
-                      "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
-                      "not applied", file=sys.stderr)
-            if at_bound:
-                refused.append(str(p))
-            usable.append((p, g, set(own_effs) - set(at_bound)))
-        keys = set().union(*(k for _, _, k in usable))
-        rows = [g[g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])] for _, g, ks in usable]
-        effs, _ = fit_gemm(pd.concat(rows, ignore_index=True), spec, training_efficiency=mte) if keys else ({}, None)
-        effs = {k: v for k, v in effs.items() if k in keys}
-        gpus_over.setdefault(spec.name, {}).update(effs)
-        if effs:
-            applied_from.append("gemm")
-        shown = ", ".join(f"{k} = {v:.3f}" for k, v in effs.items()) or "nothing applied"
-        joint = sum(bool(ks) for _, _, ks in usable) > 1
-        for p, g, ks in usable:
-            # this file's shapes under what is applied; a file nothing is applied from: under its own fit
-            groups = g["dtype"].map(_gemm_dtype).isin([d for k in ks for d in GEMM_FIT_GROUPS[k]])
-            _, errs = (fit_gemm(g, spec, fixed={k: effs[k] for k in ks if k in effs}, training_efficiency=mte) if ks
-                       else fit_gemm(g, spec, training_efficiency=mte))
-            err = errs.abs_err_pct.where(groups.to_numpy()) if ks else errs.abs_err_pct
-            med = float(err.median()) if err.notna().any() else float("nan")
-            inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p),
-                           "points": int(err.notna().sum()) if ks else 0, "median_abs_err_pct": med,
-                           **{k: v for k, v in effs.items() if k in ks}})
-            skipped = int(len(g) - err.notna().sum()) if ks else int(errs.abs_err_pct.isna().sum())
-            echo(f"gemm {p}: {len(g)} shapes, "
-                 + (", ".join(f"{k} = {v:.3f}" for k, v in effs.items() if k in ks) or "nothing applied")
-                 + (f" (one fit over the {sum(bool(k) for _, _, k in usable)} GEMM files)" if joint and ks else "")
-                 + f", median |error| = {med:.1f}%"
-                 + (f" ({skipped} rows checked, not fitted: fp32/tf32/4-bit, or a precision whose fit ends on "
-                    "its bound)" if skipped and ks else
-                    f" ({skipped} fp32/tf32/4-bit rows checked, not fitted)" if skipped else ""))
+    # the GEMM files and the matmuls the traces recorded with their shapes give the best-shape rate
+    trace_gemm = {}
+    for p, summary in parsed_traces:
+        g = _trace_gemm_rows(summary, p)
+        if g is not None:
+            trace_gemm[str(p)] = (p, check_gemm_rows(g, spec))
+    gemm_info = _estimate_gemm([(p, g, "gemm") for p, g in parsed_gemm] + [(p, g, "trace") for p, g in trace_gemm.values()],
+                               spec, cal, echo, refused, applied_from, gpus_over)
+    for p, _ in parsed_gemm:
+        inputs.append({"kind": "gemm", "path": _rel(p), "sha256": sha256_of(p), **gemm_info[str(p)]})
     for p, summary in parsed_traces:
         cats = {k: round(float(v), 6) for k, v in summary.kernel_time_s.items()}
-        # points: 0, nothing is fitted from a trace (its kernels are summarised and compared)
+        # points: its recorded matmuls the GEMM estimate used (0: only summarised and compared)
         inputs.append({"kind": "trace", "path": _rel(p), "sha256": sha256_of(p), "points": 0,
-                       "kernels": int(sum(summary.kernel_count.values())), "kernel_time_s": cats})
+                       "kernels": int(sum(summary.kernel_count.values())), "kernel_time_s": cats,
+                       **({f"gemm_{k}" if k in ("median_abs_err_pct",) else k: v
+                           for k, v in gemm_info[str(p)].items()} if str(p) in gemm_info else {})})
         echo(f"trace {p}: kernel time by category (s) {cats}")
         if summary.step_time_s:  # the ProfilerStep#N annotations: the step time the trace measured
             steps = sorted(summary.step_time_s.items())
@@ -338,7 +372,8 @@ def run_calibration(
                               median_step_time_s=round(median_step, 6))
             echo(f"  {len(steps)} profiler steps (ProfilerStep#{steps[0][0]}..#{steps[-1][0]}): median "
                  f"{median_step:.4f} s per step")
-        refused.append(str(p))  # summarised and compared, nothing fitted
+        if not gemm_info.get(str(p), {}).get("points"):
+            refused.append(str(p))  # summarised and compared, nothing fitted
         if len(summary.nccl_collectives):
             by = summary.nccl_collectives.groupby("collective")["busbw_gb_per_s"].median().round(2).to_dict()
             echo(f"  NCCL median busbw (GB/s) by collective: {by}")

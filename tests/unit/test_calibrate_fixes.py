@@ -200,7 +200,7 @@ def test_several_gemm_files_are_one_fit_whatever_their_order(tmp_path, monkeypat
         code, stdout, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "h200-sxm-141gb", "--out", str(out),
                                     "--gemm", str(order[0]), "--gemm", str(order[1]))
         assert code == 0, err
-        assert stdout.count("one fit over the 2 GEMM files") == 2
+        assert stdout.count("one estimate over 2 GEMM sources") == 2
         prof = yaml.safe_load(out.read_text())
         got.append(prof["gpus"]["h200-sxm-141gb"]["matmul_efficiency_max"])
         assert [i["points"] for i in prof["provenance"]["inputs"] if i["kind"] == "gemm"] == [

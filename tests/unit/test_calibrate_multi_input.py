@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from cli_helpers import run_cli
@@ -187,3 +188,49 @@ def test_two_empty_files_are_told_empty_not_duplicates(tmp_path, monkeypatch, ca
     code, _, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
                                  "--gemm", str(e1), "--gemm", str(e2))
     assert code == 2 and "same content" not in err and "empty" in err
+
+
+H200_LAYER = DATA / "kernels_h200" / "layer_llama3-8b_s8192.json"
+
+
+def test_a_trace_with_recorded_shapes_gives_its_matmuls_to_the_gemm_estimate(tmp_path, monkeypatch, capsys):
+    """torch.profiler with record_shapes=True writes each aten::mm's Input Dims; its kernels carry the op's
+    External id: the trace's matmuls are GEMM rows (the real H200 layer trace: 36, 12 per step), and calibrate
+    estimates the best-shape rate from them as from a GEMM sweep (was: a trace fitted nothing)."""
+    from perfmodel.calibrate.parsers import parse_kineto_trace
+
+    g = parse_kineto_trace(H200_LAYER).gemm_ops
+    assert len(g) == 36 and set(g.dtype) == {"bf16"} and (g.batch == 1).all()
+    h, ffn, q, kv, d, tokens = 4096, 14336, 32, 8, 128, 8192
+    fwd = [(tokens, (q + 2 * kv) * d, h), (tokens, h, q * d), (tokens, 2 * ffn, h), (tokens, h, ffn)]
+    # forward y = x W^T, data gradient, weight gradient: each a GEMM of the same FLOPs, in some layout
+    flops = sorted(2 * m * n * k for m, n, k in fwd for _ in range(3))
+    per_step = sorted((2 * g.m * g.n * g.k).to_numpy())[::3]
+    assert per_step == flops
+    code, prof, out, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                      "--trace", str(H200_LAYER))
+    assert code == 0, err
+    eff = prof["gpus"]["h200-sxm-141gb"]["matmul_efficiency_max"]
+    assert 0.75 < eff < 0.9 and "36 matmuls with recorded shapes" in out
+    entry = prof["provenance"]["inputs"][0]
+    assert entry["kind"] == "trace" and entry["points"] == 36 and entry["matmul_efficiency_max"] == eff
+
+
+def test_a_malformed_recorded_shape_is_one_error_naming_the_event(tmp_path):
+    import json
+
+    from perfmodel.calibrate.parsers import parse_kineto_trace
+    from perfmodel.errors import InputError
+
+    doc = json.loads(H200_LAYER.read_text())
+    i = next(i for i, e in enumerate(doc["traceEvents"])
+             if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm")
+    doc["traceEvents"][i]["args"]["Input Dims"][1] = [4096, "x"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=rf"traceEvents\[{i}\]\.args\.Input Dims\[1\]: must be 2 whole sizes"):
+        parse_kineto_trace(bad)
+    doc["traceEvents"][i]["args"]["Input Dims"][1] = [999, 14336]  # k does not match the first operand's
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"do not multiply"):
+        parse_kineto_trace(bad)

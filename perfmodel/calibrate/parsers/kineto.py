@@ -51,6 +51,13 @@ _DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "long": 8, "i
                 "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16}
 NCCL_COLUMNS = ["collective", "bytes", "dtype", "group_size", "dur_s", "algbw_gb_per_s",
                 "busbw_gb_per_s"]
+GEMM_COLUMNS = ["op", "m", "n", "k", "batch", "dtype", "time_s"]
+#: ATen matmul ops and the positions of their two matrix operands in ``Input Dims`` (record_shapes=True)
+_GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2),
+             "aten::_scaled_mm": (0, 1)}
+#: ``Input type`` spellings -> the GEMM dtypes perfmodel has peaks for
+_GEMM_TYPES = {"c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float": "fp32",
+               "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 
 
 def classify_kernel(name: str, cat: str = "kernel") -> tuple[Category, str | None]:
@@ -87,6 +94,11 @@ class KinetoSummary:
     """One row per NCCL kernel carrying torch's collective metadata; ``NCCL_COLUMNS``.
     ``bytes`` follows nccl-tests' size: total for all_gather (out elements) and
     reduce_scatter / all_to_all (in elements), the buffer for the others."""
+    gemm_ops: pd.DataFrame = None  # type: ignore[assignment]
+    """One row per matmul call whose shapes the trace recorded (``record_shapes=True``): an ATen
+    ``mm``/``addmm``/``bmm``/``baddbmm``/``_scaled_mm`` op with its ``Input Dims`` and ``Input type``,
+    timed by the GPU kernels that carry its ``External id``; ``GEMM_COLUMNS`` ((m, k) x (k, n), a
+    batch of them). Ops in another dtype or without kernels are left out."""
 
 
 def _opener(path: Path):
@@ -260,6 +272,8 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
     nccl_time_s: dict[str, float] = {}
     steps: dict[int, float] = {}
     colls: list[dict] = []
+    gemm_calls: dict[int, tuple[int, str, list, str]] = {}  # External id -> (event index, op, dims, dtype)
+    kernel_s_by_id: dict[int, float] = {}  # External id -> summed GPU time of its kernels
     for i, ev in enumerate(doc["traceEvents"]):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -271,6 +285,10 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
                 m = _STEP_RE.match(name)
                 if m:
                     steps[int(m.group(1))] = _duration_s(ev, i)
+                elif cat == "cpu_op" and name in _GEMM_OPS:
+                    call = _gemm_call(_field(ev, "args", (dict,), "an object", i, default=None) or {}, name, i)
+                    if call is not None:
+                        gemm_calls[call[0]] = (i, name, call[1], call[2])
                 continue
             # only the events summarised are checked further: CPU-side events (python_function,
             # cuda_runtime, ...) may carry durations older profilers wrote negative
@@ -285,6 +303,9 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
             raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
         time_s[category] += dur_s
         count[category] += 1
+        ext = args.get("External id")
+        if cat == "kernel" and isinstance(ext, int) and not isinstance(ext, bool) and category != "nccl":
+            kernel_s_by_id[ext] = kernel_s_by_id.get(ext, 0.0) + dur_s
         if category == "nccl":
             key = row["collective"] if row else coll or "unknown"
             nccl_time_s[key] = nccl_time_s.get(key, 0.0) + dur_s
@@ -294,7 +315,47 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
         raise InputError("traceEvents", f"no GPU kernel, memcpy/memset or ProfilerStep#N event among "
                          f"{len(doc['traceEvents'])} events: nothing to summarise (record with "
                          "ProfilerActivity.CUDA and a schedule)", f"{path}:1")
+    gemms = []
+    for ext, (i, op, dims, dtype) in gemm_calls.items():
+        if kernel_s_by_id.get(ext, 0.0) <= 0.0:
+            continue
+        try:
+            shape = _gemm_shape(op, dims, i)
+        except InputError as exc:
+            raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
+        gemms.append({"op": op, **shape, "dtype": dtype, "time_s": kernel_s_by_id[ext]})
     return KinetoSummary(
         kernel_time_s=time_s, kernel_count=count, nccl_time_s=nccl_time_s, step_time_s=steps,
         device_name=device_name, world_size=world_size,
-        nccl_collectives=pd.DataFrame(colls, columns=NCCL_COLUMNS))
+        nccl_collectives=pd.DataFrame(colls, columns=NCCL_COLUMNS),
+        gemm_ops=pd.DataFrame(gemms, columns=GEMM_COLUMNS))
+
+
+def _gemm_call(args: dict, op: str, i: int) -> tuple[int, list, str] | None:
+    """(External id, Input Dims, dtype) of a matmul op that recorded its shapes in a dtype with a peak;
+    None for one that did not (no record_shapes, another dtype)."""
+    ext, dims, types = args.get("External id"), args.get("Input Dims"), args.get("Input type")
+    if not isinstance(ext, int) or isinstance(ext, bool) or not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    a = _GEMM_OPS[op][0]
+    dtype = _GEMM_TYPES.get(str(types[a]).strip().lower()) if a < len(types) else None
+    return None if dtype is None else (ext, dims, dtype)
+
+
+def _gemm_shape(op: str, dims: list, i: int) -> dict[str, int]:
+    """m, n, k, batch of (m, k) x (k, n) from an op's ``Input Dims`` (3-D operands: a batch of them)."""
+    a_at, b_at = _GEMM_OPS[op]
+    rank = 3 if op in ("aten::bmm", "aten::baddbmm") else 2
+
+    def dims_of(j: int) -> list[int]:
+        d = dims[j] if j < len(dims) else None
+        if (not isinstance(d, list) or len(d) != rank
+                or not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= 2**31 for x in d)):
+            raise InputError(f"traceEvents[{i}].args.Input Dims[{j}]",
+                             f"must be {rank} whole sizes from 1 to 2^31 for {op} (got {d!r:.80})")
+        return d
+
+    a, b = dims_of(a_at), dims_of(b_at)
+    if a[-1] != b[-2] or (rank == 3 and a[0] != b[0]):
+        raise InputError(f"traceEvents[{i}].args.Input Dims", f"{op} operands {a} and {b} do not multiply")
+    return {"m": a[-2], "n": b[-1], "k": a[-1], "batch": a[0] if rank == 3 else 1}
