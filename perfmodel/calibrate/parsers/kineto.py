@@ -51,13 +51,14 @@ _DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "long": 8, "i
                 "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16}
 NCCL_COLUMNS = ["collective", "bytes", "dtype", "group_size", "dur_s", "algbw_gb_per_s",
                 "busbw_gb_per_s"]
-GEMM_COLUMNS = ["op", "m", "n", "k", "batch", "dtype", "time_s"]
+GEMM_COLUMNS = ["op", "m", "n", "k", "batch", "dtype", "time_s", "event"]
 #: ATen matmul ops and the positions of their two matrix operands in ``Input Dims`` (record_shapes=True)
 _GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2),
              "aten::_scaled_mm": (0, 1)}
 #: ``Input type`` spellings -> the GEMM dtypes perfmodel has peaks for
 _GEMM_TYPES = {"c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float": "fp32",
-               "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+               **{f"{pre}float8_{kind}": "fp8" for pre in ("c10::", "") for kind in ("e4m3fn", "e5m2", "e4m3fnuz",
+                                                                                    "e5m2fnuz")}}
 
 
 def classify_kernel(name: str, cat: str = "kernel") -> tuple[Category, str | None]:
@@ -97,8 +98,9 @@ class KinetoSummary:
     gemm_ops: pd.DataFrame = None  # type: ignore[assignment]
     """One row per matmul call whose shapes the trace recorded (``record_shapes=True``): an ATen
     ``mm``/``addmm``/``bmm``/``baddbmm``/``_scaled_mm`` op with its ``Input Dims`` and ``Input type``,
-    timed by the GPU kernels that carry its ``External id``; ``GEMM_COLUMNS`` ((m, k) x (k, n), a
-    batch of them). Ops in another dtype or without kernels are left out."""
+    timed by the GPU kernels that carry its ``External id`` (``external id`` in PyTorch 1.8/1.9 traces;
+    several kernels, split-K's reduction say, summed); ``GEMM_COLUMNS`` ((m, k) x (k, n), a batch of
+    them; ``event``: the op's index in ``traceEvents``). Ops in another dtype or without kernels are left out."""
 
 
 def _opener(path: Path):
@@ -303,7 +305,7 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
             raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
         time_s[category] += dur_s
         count[category] += 1
-        ext = args.get("External id")
+        ext = args.get("External id", args.get("external id"))  # the latter: PyTorch 1.8/1.9 kernel events
         if cat == "kernel" and isinstance(ext, int) and not isinstance(ext, bool) and category != "nccl":
             kernel_s_by_id[ext] = kernel_s_by_id.get(ext, 0.0) + dur_s
         if category == "nccl":
@@ -323,7 +325,7 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
             shape = _gemm_shape(op, dims, i)
         except InputError as exc:
             raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
-        gemms.append({"op": op, **shape, "dtype": dtype, "time_s": kernel_s_by_id[ext]})
+        gemms.append({"op": op, **shape, "dtype": dtype, "time_s": kernel_s_by_id[ext], "event": i})
     return KinetoSummary(
         kernel_time_s=time_s, kernel_count=count, nccl_time_s=nccl_time_s, step_time_s=steps,
         device_name=device_name, world_size=world_size,
