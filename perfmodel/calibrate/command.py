@@ -87,10 +87,13 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
                               else 2.0 for d in dtypes])
     wave = wave_efficiency(m, n, gpu.n_sms)
     flops = 2.0 * m * n * k
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(all="ignore"):
         implied = flops / (peak * wave * t)
-    # on the tensor cores even at the full peak: the operands and output move in less time than the math takes
-    compute_bound = flops / (peak * wave) > (operand_bytes * (m * k + k * n) + 2.0 * m * n) / gpu.hbm_bandwidth_bytes_per_s
+    # on the tensor cores even at the full peak: the operands and output move in less time than the math
+    # takes, and the math takes long enough that the launch cost (a few us) does not make the time
+    math_s = flops / (peak * wave)
+    compute_bound = ((math_s > (operand_bytes * (m * k + k * n) + 2.0 * m * n) / gpu.hbm_bandwidth_bytes_per_s)
+                     & (math_s >= MAMF_MIN_MATH_S))
 
     def model_time(eff, sel):
         return gemm_time_s(m[sel], n[sel], k[sel], peak[sel], eff * mte, gpu.n_sms, gpu.hbm_bandwidth_bytes_per_s,
@@ -116,7 +119,8 @@ def fit_gemm(gemm: pd.DataFrame, gpu: str | AcceleratorSpec, fixed: dict[str, fl
                 eff = min(eff, float(vals[-2]))
             eff = float(np.clip(eff, *GEMM_EFFICIENCY_BOUNDS))
         fitted[key] = eff
-        err[sel] = np.abs(model_time(eff, sel) / t[sel] - 1.0) * 100
+        with np.errstate(all="ignore"):
+            err[sel] = np.abs(model_time(eff, sel) / t[sel] - 1.0) * 100
     return fitted, pd.DataFrame({"m": m, "n": n, "k": k, "abs_err_pct": err})
 
 
@@ -124,6 +128,9 @@ MAMF_QUANTILE = 0.95
 """The quantile of a sweep's implied efficiencies taken as its best-shape rate (MAMF): stas00's MAMF
 finder takes the maximum of a brute-force search over far more shapes; with the cap at the second-highest
 row, a mistimed row does not set it."""
+MAMF_MIN_MATH_S = 20e-6
+"""Least time a row's math takes at the full peak for the row to count: five launch costs
+(``costs.compute.KERNEL_LAUNCH_S``); below it a time measures the launch, not the tensor cores."""
 MAMF_MIN_WAVE = 0.9
 """Wave efficiency (``costs.compute.wave_efficiency``) from which a row counts as well tiled."""
 
@@ -173,14 +180,17 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
                 check_device_matches(gpu.name, cell.strip(), where(i))
 
     peaks = gpu.peak_dense_tflop_per_s
-    for i, (d, m, n, k, t) in enumerate(zip(gemm["dtype"], gemm["m"], gemm["n"], gemm["k"], gemm["time_s"])):
+    # plain lists: a per-row pandas lookup copies the frame's attrs (a line per row) each time
+    batches = gemm["batch"].tolist() if "batch" in gemm else [1.0] * len(gemm)
+    for i, (d, m, n, k, t) in enumerate(zip(gemm["dtype"].tolist(), gemm["m"].tolist(), gemm["n"].tolist(),
+                                            gemm["k"].tolist(), gemm["time_s"].tolist())):
         dtype = _gemm_dtype(d)
         # fp32/tf32 are CUDA-core / TF32 rates, not training precisions: checked against their peaks
         if dtype not in peaks or (dtype not in ("fp32", "tf32") and not gpu.supports_precision(dtype)):
             raise InputError("dtype", f"{gpu.name} has no {dtype} tensor cores in its profile (it has "
                              f"{', '.join(p for p in peaks if p in ('fp32', 'tf32') or gpu.supports_precision(p))})"
                              ", so these rows cannot be fitted", where(i))
-        batch = float(gemm["batch"].iloc[i]) if "batch" in gemm else 1.0
+        batch = float(batches[i])
         achieved = 2.0 * batch * float(m) * float(n) * float(k) / float(t)
         # an fp32 matmul may have run on TF32 tensor cores (NGC containers allow it by default)
         peak = max(gpu.peak_flop_per_s(dtype), gpu.peak_flop_per_s("tf32") if dtype == "fp32" and "tf32" in peaks
@@ -193,12 +203,17 @@ def check_gemm_rows(gemm: pd.DataFrame, gpu: str | AcceleratorSpec) -> pd.DataFr
     return gemm
 
 
-def _trace_gemm_rows(summary, path) -> pd.DataFrame | None:
-    """A trace's recorded matmuls (``KinetoSummary.gemm_ops``) as GEMM rows, with the trace as their file;
+def _trace_gemm_rows(summary, path, spec) -> pd.DataFrame | None:
+    """A trace's recorded matmuls (``KinetoSummary.gemm_ops``) as GEMM rows, with the trace as their file,
+    each call checked (``check_gemm_rows``, naming its event) before the steps' calls of a shape are merged;
     None when it recorded none in a precision the estimate uses (no ``record_shapes``, fp32 only)."""
     g = summary.gemm_ops
     if g is None or g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
         return None
+    calls = g.reset_index(drop=True)
+    calls.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), calls["event"].tolist(),
+                                                                 calls["op"].tolist())})
+    check_gemm_rows(calls, spec)
     # one row per distinct matmul (the median over the steps that repeat it): a three-step trace of one
     # layer would otherwise weigh three times a sweep's row
     keys = ["m", "n", "k", "batch", "dtype", "op"]
@@ -241,12 +256,13 @@ def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied
         own_effs, _ = fit_gemm(g, spec, training_efficiency=mte)
         if not own_effs and kind == "trace":  # a trace is more than its matmuls: it is still summarised
             echo(f"trace {p}: {int(g['calls'].sum())} matmuls with recorded shapes, none on the tensor cores in "
-                 "bf16/fp16 or fp8 (memory-bound shapes): nothing for the GEMM estimate")
+                 "bf16/fp16 or fp8 (memory-bound or launch-bound shapes): nothing for the GEMM estimate")
             continue
         if not own_effs:
             raise InputError("dtype", "no compute-bound bf16/fp16 or fp8/mxfp8 row: nothing the model has a matmul "
                              "efficiency for (fp32, tf32 and 4-bit rows are checked but fit nothing; a shape whose "
-                             "operands take longer to move than its math measures HBM)", str(p))
+                             "operands take longer to move than its math measures HBM, one whose math takes under "
+                             f"{MAMF_MIN_MATH_S * 1e6:g} us at the peak its launch)", str(p))
         at_bound = {k: v for k, v in own_effs.items()
                     if not GEMM_EFFICIENCY_BOUNDS[0] * 1.001 < v < GEMM_EFFICIENCY_BOUNDS[1] * 0.999}
         for key, value in at_bound.items():
@@ -300,6 +316,27 @@ def _write_atomic(profile: dict, out: Path) -> None:
         raise InputError("out", f"cannot write {out} ({exc.strerror or exc})") from None
 
 
+def _content_digest(path: Path) -> str:
+    """SHA-256 of what a file holds: a gzip file's decompressed bytes (a ``trace.json.gz`` beside its own
+    ``trace.json`` is the same data), else the file's (``sha256_of``). An unreadable gzip stream: its raw bytes
+    (its parser then says what is wrong)."""
+    import gzip
+    import hashlib
+
+    from perfmodel.errors import is_gzip
+
+    if not is_gzip(path):
+        return sha256_of(path)
+    h = hashlib.sha256()
+    try:
+        with gzip.open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except (OSError, EOFError):
+        return sha256_of(path)
+    return h.hexdigest()
+
+
 def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
     """Refuse an ``--out`` that is one of the inputs (the profile would overwrite the measured data it
     was fitted to) or not a regular file, and a file given twice (its points would count twice in the
@@ -313,7 +350,7 @@ def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
                                  where=str(out))
             # a copy under another name is the same measurements: hashed only when a regular file (a FIFO
             # or a device is refused, unread, by its parser)
-            digest = sha256_of(p) if p.is_file() and p.stat().st_size > 0 else None  # an empty one: its parser says so
+            digest = _content_digest(p) if p.is_file() and p.stat().st_size > 0 else None  # an empty one: its parser says so
             for other_option, q, other_digest in seen:
                 if same_file(p, q):
                     also = "" if other_option == option else f" (and to --{other_option} as {q})"
@@ -396,9 +433,9 @@ def run_calibration(
     # the GEMM files and the matmuls the traces recorded with their shapes give the best-shape rate
     trace_gemm = {}
     for p, summary in parsed_traces:
-        g = _trace_gemm_rows(summary, p)
+        g = _trace_gemm_rows(summary, p, spec)
         if g is not None:
-            trace_gemm[str(p)] = (p, check_gemm_rows(g, spec))
+            trace_gemm[str(p)] = (p, g)
     gemm_info = _estimate_gemm([(p, g, "gemm") for p, g in parsed_gemm] + [(p, g, "trace") for p, g in trace_gemm.values()],
                                spec, cal, echo, refused, applied_from, gpus_over)
     for p, _ in parsed_gemm:

@@ -250,3 +250,32 @@ def test_a_trace_matmul_faster_than_the_gpu_names_the_trace_and_its_event(tmp_pa
                                     "--trace", str(trace))
     assert code == 2 and prof is None and "Traceback" not in err
     assert err.startswith(f"error: {trace}:3 (aten::mm, timed by its kernels): time_s: implies ")
+
+
+def test_one_impossible_call_among_a_shapes_steps_is_refused_at_its_event(tmp_path, monkeypatch, capsys):
+    """Each recorded call is checked before the steps' calls of a shape are merged: a 0.001 us kernel in one
+    of three steps is refused at its own op event (was: hidden by the median, exit 0)."""
+    import json
+
+    doc = json.loads(H200_LAYER.read_text())
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"
+           and "Input Dims" in e.get("args", {})]
+    target = ops[-1]["args"]["External id"]
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e.get("args", {}).get("External id") == target:
+            e["dur"] = 0.001
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc, indent=1))
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--trace", str(bad))
+    assert code == 2 and prof is None and "(aten::mm, timed by its kernels): time_s: implies" in err
+
+
+def test_a_gzipped_copy_of_a_trace_is_the_same_data(tmp_path, monkeypatch, capsys):
+    import gzip
+
+    gz = tmp_path / "layer.json.gz"
+    gz.write_bytes(gzip.compress(H200_LAYER.read_bytes()))
+    code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
+                                    "--trace", str(gz), "--trace", str(H200_LAYER))
+    assert code == 2 and prof is None and f"has the same content as {gz}" in err

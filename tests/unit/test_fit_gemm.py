@@ -137,3 +137,17 @@ def test_one_mistimed_row_does_not_set_the_estimate_and_a_memory_bound_sweep_giv
     assert effs["matmul_efficiency_max"] == pytest.approx(0.68, rel=0.01)
     memory_bound = synthetic("h100-sxm5-80gb", "bf16", 0.8, [(16384, 16384, 64), (8192, 8192, 32)])
     assert fit_gemm(memory_bound, "h100-sxm5-80gb")[0] == {}
+
+
+def test_launch_bound_rows_estimate_nothing_and_an_absurd_time_is_refused(tmp_path):
+    """Shapes whose math takes under 20 us at the peak time their launch, not the tensor cores (a sweep of
+    64^3 ... 1024^3 at 5-15 us gave 0.149 where the GPU does 0.8); a time of 1e300 s is a range error."""
+    from perfmodel.calibrate.parsers import parse_gemm_csv
+
+    tiny = pd.DataFrame({"m": [64, 256, 1024], "n": [64, 256, 1024], "k": [64, 256, 1024], "dtype": "bf16",
+                         "time_s": [5e-6, 8e-6, 15e-6]})
+    assert fit_gemm(tiny, "h200-sxm-141gb")[0] == {}
+    path = tmp_path / "g.csv"
+    path.write_text("m,n,k,dtype,time_s\n8192,8192,8192,bf16,1e300\n")
+    with pytest.raises(InputError, match=r"g\.csv:2: time_s: must be at most 86,400 s"):
+        parse_gemm_csv(path)

@@ -271,3 +271,23 @@ def test_recorded_matmuls_that_do_not_multiply_name_their_event(tmp_path):
     events = [_op(1, "aten::bmm", [[4, 64, 32], [2, 32, 16]], ["c10::BFloat16"] * 2), _kernel(1, 10.0)]
     with pytest.raises(InputError, match=r"traceEvents\[1\]\.args\.Input Dims: aten::bmm operands .* do not multiply"):
         parse_kineto_trace(_trace(tmp_path, events))
+
+
+@pytest.mark.parametrize("op,field,rule", [
+    (_op("545", "aten::mm", [[64, 32], [32, 16]], ["c10::BFloat16"] * 2), "External id", "must be a whole number"),
+    (_op(5, "aten::mm", "64x32", ["c10::BFloat16"] * 2), "Input Dims", "must be a list of operand shapes"),
+    (_op(5, "aten::mm", [[64, 32], [32, 16]], "c10::BFloat16"), "Input type", "must name the type"),
+    (_op(5, "aten::mm", [[64, 32], [32, 16]], ["c10::BFloat16", "c10::Float8_e4m3fn"]), "Input type",
+     "aten::mm.s operands are of two precisions"),
+])
+def test_a_recorded_matmul_in_the_wrong_form_is_an_error_not_a_dropped_row(tmp_path, op, field, rule):
+    with pytest.raises(InputError, match=rf"traceEvents\[1\]\.args\.{field}: {rule}"):
+        parse_kineto_trace(_trace(tmp_path, [op, _kernel(5, 10.0)]))
+
+
+def test_two_matmul_ops_with_one_external_id_are_refused(tmp_path):
+    """Two profiling sessions' events in one file restart their ids: whose kernels are whose is unknown."""
+    events = [_op(1, "aten::mm", [[64, 32], [32, 16]], ["c10::BFloat16"] * 2), _kernel(1, 10.0),
+              _op(1, "aten::mm", [[128, 32], [32, 16]], ["c10::BFloat16"] * 2), _kernel(1, 20.0)]
+    with pytest.raises(InputError, match=r"traceEvents\[3\]\.args\.External id: 1 is already the id of traceEvents\[1\]"):
+        parse_kineto_trace(_trace(tmp_path, events))

@@ -21,6 +21,8 @@ from perfmodel.errors import InputError
 from perfmodel.specs.hardware import PEAK_PRECISIONS
 
 _TIME_UNITS_S = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6}
+MAX_TIME_S = 86400.0
+"""Longest time a row may hold: a day (a benchmark times milliseconds)."""
 MAX_DIM = 2**31
 """Largest m, n or k accepted: 2^31 (a 2^31 x 2^31 bf16 operand would be 8 EiB)."""
 GEMM_DTYPES = PEAK_PRECISIONS
@@ -104,6 +106,10 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
     if (df["time_s"] <= 0).any():
         i = int((df["time_s"] <= 0).to_numpy().nonzero()[0][0])
         raise InputError(time_col, "must be > 0", f"{path}:{lines[i]}")
+    if (df["time_s"] > MAX_TIME_S).any():
+        i = int((df["time_s"] > MAX_TIME_S).to_numpy().nonzero()[0][0])
+        raise InputError(time_col, f"must be at most {MAX_TIME_S:,.0f} s (a day): no matmul takes longer "
+                         f"(got {cells[time_col].iloc[i]})", f"{path}:{lines[i]}")
     flop = 2.0 * df["batch"].astype(float) * df["m"] * df["n"] * df["k"]
     df["tflop_per_s"] = flop / df["time_s"] / 1e12
     df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col,

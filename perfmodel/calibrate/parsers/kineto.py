@@ -290,6 +290,10 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
                 elif cat == "cpu_op" and name in _GEMM_OPS:
                     call = _gemm_call(_field(ev, "args", (dict,), "an object", i, default=None) or {}, name, i)
                     if call is not None:
+                        if call[0] in gemm_calls:  # two sessions' events in one file: whose kernels are whose?
+                            raise InputError(f"traceEvents[{i}].args.External id",
+                                             f"{call[0]} is already the id of traceEvents[{gemm_calls[call[0]][0]}] "
+                                             "(a matmul op's id must be its own: one profiling session per file)")
                         gemm_calls[call[0]] = (i, name, call[1], call[2])
                 continue
             # only the events summarised are checked further: CPU-side events (python_function,
@@ -335,12 +339,25 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
 
 def _gemm_call(args: dict, op: str, i: int) -> tuple[int, list, str] | None:
     """(External id, Input Dims, dtype) of a matmul op that recorded its shapes in a dtype with a peak;
-    None for one that did not (no record_shapes, another dtype)."""
-    ext, dims, types = args.get("External id"), args.get("Input Dims"), args.get("Input type")
-    if not isinstance(ext, int) or isinstance(ext, bool) or not isinstance(dims, list) or not isinstance(types, list):
+    None for one that recorded none (profiled without record_shapes: no ``Input Dims``) or ran in another
+    dtype (complex, int8, ...). A field there in the wrong form is an error naming it, not a dropped row."""
+    if "Input Dims" not in args:
         return None
-    a = _GEMM_OPS[op][0]
-    dtype = _GEMM_TYPES.get(str(types[a]).strip().lower()) if a < len(types) else None
+    ext, dims, types = args.get("External id"), args.get("Input Dims"), args.get("Input type")
+    if not isinstance(ext, int) or isinstance(ext, bool) or ext < 0:
+        raise InputError(f"traceEvents[{i}].args.External id", f"must be a whole number >= 0 for a matmul op with "
+                         f"recorded shapes (got {ext!r:.40})")
+    if not isinstance(dims, list):
+        raise InputError(f"traceEvents[{i}].args.Input Dims", f"must be a list of operand shapes (got {dims!r:.60})")
+    a, b = _GEMM_OPS[op]
+    if not isinstance(types, list) or len(types) <= max(a, b) or not all(isinstance(types[j], str) for j in (a, b)):
+        raise InputError(f"traceEvents[{i}].args.Input type", f"must name the type of {op}'s operands "
+                         f"{a} and {b} (got {types!r:.60})")
+    kinds = {_GEMM_TYPES.get(types[j].strip().lower(), types[j].strip()) for j in (a, b)}
+    if len(kinds) > 1:
+        raise InputError(f"traceEvents[{i}].args.Input type", f"{op}'s operands are of two precisions "
+                         f"({types[a]}, {types[b]}): no GEMM peak is that of both")
+    dtype = _GEMM_TYPES.get(types[a].strip().lower())
     return None if dtype is None else (ext, dims, dtype)
 
 
