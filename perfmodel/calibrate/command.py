@@ -208,7 +208,7 @@ def _trace_gemm_rows(summary, path, spec) -> pd.DataFrame | None:
     each call checked (``check_gemm_rows``, naming its event) before the steps' calls of a shape are merged;
     None when it recorded none in a precision the estimate uses (no ``record_shapes``, fp32 only)."""
     g = summary.gemm_ops
-    if g is None or g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
+    if g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
         return None
     calls = g.reset_index(drop=True)
     calls.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), calls["event"].tolist(),

@@ -303,7 +303,7 @@ class TablesFit(NamedTuple):
     """Per path (or "table i"): median |error| in % over the sizes the fit used."""
     points: dict[str, int]
     """Per path: the rows the fit used (sizes >= 1 MiB of the collectives it fits, all its tables)."""
-    held: dict[str, float] = {}
+    held: dict[str, float]
     """The NVLink tier values kept from the profile instead of fitted (``held_intra``), if any."""
 
 

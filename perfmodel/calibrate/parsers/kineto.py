@@ -95,7 +95,7 @@ class KinetoSummary:
     """One row per NCCL kernel carrying torch's collective metadata; ``NCCL_COLUMNS``.
     ``bytes`` follows nccl-tests' size: total for all_gather (out elements) and
     reduce_scatter / all_to_all (in elements), the buffer for the others."""
-    gemm_ops: pd.DataFrame = None  # type: ignore[assignment]
+    gemm_ops: pd.DataFrame
     """One row per matmul call whose shapes the trace recorded (``record_shapes=True``): an ATen
     ``mm``/``addmm``/``bmm``/``baddbmm``/``_scaled_mm`` op with its ``Input Dims`` and ``Input type``,
     timed by the GPU kernels that carry its ``External id`` (``external id`` in PyTorch 1.8/1.9 traces;
