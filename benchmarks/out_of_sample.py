@@ -14,6 +14,11 @@ calibration/build_dgxc.py from NVIDIA/dgxc-benchmarking's READMEs: NeMo on 8-2,3
 Llama 3.1 8B/70B/405B, Nemotron-4 15B/340B, bf16 and fp8; a source the shared data set does not list),
 run with the NeMo profile they name: MAPE and the median predicted / measured ratio by model and precision.
 
+Then InternEvo's training-performance document (calibration/data/outofsample/internevo_runs.csv, built by
+calibration/build_internevo.py from InternLM/InternEvo's doc/en/train_performance.md: InternLM 7B on 8-1,024
+A100s, tp 1 or 2, InternEvo's ZeRO-1 over all data-parallel ranks or inside one node; a stack without a
+profile, so the generic one): MAPE and the median predicted / measured ratio by configuration and GPU count.
+
 ``--unknown-stacks`` also costs every source of the calibration runs but the HF playbook as if its stack
 were unknown (the generic profile), against its own stack's profile: how an unseen stack fares. (The
 generic kernel efficiency is the median over the calibrated stacks, each source's own among them.)
@@ -32,6 +37,7 @@ from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "outofsample" / "llmfoundry_runs.csv"
 DGXC_RUNS = RUNS.with_name("dgxc_runs.csv")
+INTERNEVO_RUNS = RUNS.with_name("internevo_runs.csv")
 CALIBRATION_RUNS = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
 
 
@@ -82,6 +88,14 @@ def main() -> int:
     with pd.option_context("display.width", 160):
         print(dgxc.pivot_table(index="model_name", columns="precision", values="ratio",
                                aggfunc="median").round(3).to_string())
+    internevo = score(read_runs_csv(INTERNEVO_RUNS))
+    ape = 100.0 * np.abs(internevo.ratio - 1.0)
+    print(f"{len(internevo)} InternEvo runs (generic profile): MAPE {ape.mean():.1f}% (median APE {ape.median():.1f}%, "
+          f"worst {ape.max():.1f}%), median predicted / measured {internevo.ratio.median():.3f}")
+    with pd.option_context("display.width", 160):
+        config = internevo.notes.str.extract(r"\((tp=\d+, zero1=-?\d+)\)", expand=False).rename("configuration")
+        print(internevo.assign(configuration=config).pivot_table(
+            index="configuration", columns="n_gpus", values="ratio", aggfunc="median").round(2).to_string())
     if args.unknown_stacks:
         table = unknown_stacks()
         print(table.round(1).to_string())
