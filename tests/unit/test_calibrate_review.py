@@ -125,9 +125,10 @@ def test_refused_bounds_are_the_ends_the_data_pushed_against():
     ("a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB"), ("a100-sxm4-40gb", "NVIDIA A100-SXM4-80GB"),
     ("a100-sxm4-40gb", "A100-SXM4-40GB"), ("h100-sxm5-80gb", "NVIDIA H100 80GB HBM3"),
     ("h100-sxm5-96gb", "NVIDIA H100 NVL"), ("v100-sxm2-16gb", "Tesla V100-SXM2-32GB"), ("gb200", "NVIDIA GB200"),
-    ("h100-sxm5-80gb", None), ("h100-sxm5-80gb", "NVIDIA GH200 480GB"), ("h100-sxm5-80gb", "Some Accelerator"),
+    ("h100-sxm5-80gb", None), ("h100-sxm5-80gb", ""), ("h100-sxm5-80gb", "NVIDIA GH200 480GB"),
+    ("h200-sxm-141gb", "NVIDIA GH200 144G HBM3e"),
 ])
-def test_a_device_of_the_same_family_or_unknown_is_accepted(gpu, device):
+def test_a_device_of_the_same_family_or_unnamed_is_accepted(gpu, device):
     from perfmodel.calibrate.gpu_family import check_device_matches
 
     check_device_matches(gpu, device, "x.txt")
@@ -136,6 +137,9 @@ def test_a_device_of_the_same_family_or_unknown_is_accepted(gpu, device):
 @pytest.mark.parametrize("gpu, device", [
     ("a100-sxm4-80gb", "NVIDIA H100 80GB HBM3"), ("h100-sxm5-80gb", "NVIDIA H800"), ("gb200", "NVIDIA B200"),
     ("h200-sxm-141gb", "NVIDIA H100 80GB HBM3"), ("v100-sxm2-16gb", "NVIDIA A100-SXM4-40GB"),
+    # a device of no catalog family under a catalog GPU: rccl-tests' Rank lines of an MI300X, an L40S, an H20
+    ("h100-sxm5-80gb", "AMD Instinct MI300X"), ("h100-sxm5-80gb", "NVIDIA L40S"), ("h100-sxm5-80gb", "NVIDIA H20"),
+    ("h100-sxm5-80gb", "Some Accelerator"), ("a100-sxm4-80gb", "NVIDIA GH200 480GB"),
 ])
 def test_a_device_of_another_family_is_refused(gpu, device):
     from perfmodel.calibrate.gpu_family import check_device_matches, gpu_families
@@ -159,6 +163,21 @@ def test_calibrate_refuses_a_file_measured_on_another_gpu(tmp_path, monkeypatch,
     assert code == 2 and "trace.json" in err and "NVIDIA H100 80GB HBM3" in err
     code, err, _ = calibrate(monkeypatch, capsys, tmp_path, "--trace", str(trace), gpu="h100-sxm5-80gb")
     assert code == 1, err  # the right GPU: summarised, nothing to fit
+
+
+def test_calibrate_refuses_a_device_outside_the_catalog_families(tmp_path, monkeypatch, capsys):
+    """rccl-tests on an MI300X prints the same table; under --gpu h100-sxm5-80gb it was fitted into the
+    H100's profile (nvlink_efficiency 0.678, exit 0). Under a hardware profile of its own it is read."""
+    amd = tmp_path / "rccl_all_reduce.txt"
+    amd.write_text((FIX / "ts_all_reduce.txt").read_text().replace("NVIDIA H100 80GB HBM3", "AMD Instinct MI300X"))
+    code, err, prof = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(amd))
+    assert code == 2 and prof is None and err.count("error:") == 1 and "Traceback" not in err
+    assert "'AMD Instinct MI300X' (a GPU of none of the catalog's families)" in err and "--gpu FILE.yaml" in err
+    own = tmp_path / "mi300x.yaml"
+    own.write_text(yaml.safe_dump({**yaml.safe_load((ROOT / "hardware_profiles" / "h100-sxm5-80gb.yaml").read_text()),
+                                   "name": "mi300x-like"}))
+    code, err, _ = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(amd), gpu=str(own), name="own.yaml")
+    assert "error:" not in err and code in (0, 1), err
 
 
 # ------------------------------------------------------------------ 4, 5. provenance

@@ -291,3 +291,15 @@ def test_two_matmul_ops_with_one_external_id_are_refused(tmp_path):
               _op(1, "aten::mm", [[128, 32], [32, 16]], ["c10::BFloat16"] * 2), _kernel(1, 20.0)]
     with pytest.raises(InputError, match=r"traceEvents\[3\]\.args\.External id: 1 is already the id of traceEvents\[1\]"):
         parse_kineto_trace(_trace(tmp_path, events))
+
+
+@pytest.mark.parametrize("name, category", [
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x256x64_MI16x16x1", "gemm"),  # hipBLASLt / Tensile
+    ("Cijk_Ailk_Bjlk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x64", "gemm"),
+    ("aiter::fmha_bwd_hd64_bf16_causal_a16_rtne_recompile", "attention"),
+    ("attn_fwd", "attention"), ("_attn_bwd", "attention"),  # Triton attention
+    ("triton_poi_fused_add_attn_0", "other"), ("void at::native::vectorized_elementwise_kernel<4>", "other"),
+])
+def test_rocm_kernel_names_are_classified(name, category):
+    """A ROCm trace's GEMMs and Triton attention were summed as 'other'."""
+    assert classify_kernel(name)[0] == category

@@ -138,3 +138,44 @@ def test_torchtitan_colour_codes_and_the_older_wps_field(tmp_path):
     df = parse_training_log(path)
     assert list(df["iteration"]) == [1, 10]
     assert list(df["tokens_per_s_per_gpu"]) == [5124.0, 5000.0]
+
+
+# ---- formats a real-file audit found refused (each a line in the layout the named project prints) ------
+def test_bigscience_megatron_deepspeed_prints_seconds(tmp_path):
+    """BigScience's Megatron-DeepSpeed (the BLOOM fork) prints 'elapsed time per iteration (s)': it was
+    refused ('no iteration lines found'); the time is in seconds, not read as ms."""
+    log = tmp_path / "job.out"
+    log.write_text("[default3]: iteration       20/ 3125000 | consumed samples:         1920 | elapsed time per "
+                   "iteration (s): 5.3551 | learning rate: 8.876E-07 | global batch size:    96 | lm loss: "
+                   "8.861832E+00 | samples per second: 17.927 | TFLOPs: 137.10 |\n")
+    row = parse_training_log(log).iloc[0]
+    assert row.framework == "megatron-deepspeed" and row.iteration == 20 and row.global_batch == 96
+    assert row.iteration_time_s == pytest.approx(5.3551) and row.samples_per_s == pytest.approx(17.927)
+    bad = tmp_path / "bad.out"
+    bad.write_text("iteration 3/ 10 | elapsed time per iteration (s): nan | global batch size: 96 |\n")
+    with pytest.raises(InputError, match=r"got 'nan' s"):
+        parse_training_log(bad)
+
+
+def test_deepspeed_2022_throughput_timer(tmp_path):
+    """DeepSpeed 0.5-0.7's ThroughputTimer line ('EPOCH/STEP, RunningAvgSamplesPerSec=..., CurrSamplesPerSec=...')
+    was refused; the current sample rate is read, not the running average."""
+    log = tmp_path / "ds.log"
+    log.write_text("[2022-08-29 06:58:56,176] [INFO] [timer.py:198:stop] 0/20, RunningAvgSamplesPerSec=232.73, "
+                   "CurrSamplesPerSec=227.48, MemAllocated=0.36GB, MaxMemAllocated=15.06GB\n")
+    row = parse_training_log(log).iloc[0]
+    assert (row.framework, row.iteration, row.samples_per_s) == ("deepspeed", 20, 227.48)
+
+
+@pytest.mark.parametrize("line", [
+    "Training epoch 0, iteration 45/99 | lr: 0.0003 | global_batch_size: 128 | train_step_timing in s: 6.08 |",
+    "Epoch 0: : 10it [08:15, v_num=0, reduced_train_loss=10.30, global_step=9.000, train_step_timing in s=49.50]",
+])
+def test_a_nemo_log_is_named_as_such(tmp_path, line):
+    """A NeMo / Lightning log was refused as 'no iteration lines found (expected Megatron/DeepSpeed/torchtitan
+    format)'; it is still not read (it states no configuration to fit), but the error says what it is."""
+    log = tmp_path / "nemo.log"
+    log.write_text("some preamble\n" + line + "\n")
+    with pytest.raises(InputError, match="NeMo / PyTorch Lightning log") as exc:
+        parse_training_log(log)
+    assert exc.value.where.endswith(":2") and "--runs" in str(exc.value)

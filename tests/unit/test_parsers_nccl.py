@@ -269,3 +269,70 @@ def test_srun_labels_padded_with_spaces_are_stripped():
     path = Path(__file__).resolve().parents[1] / "fixtures" / "valid" / "srun_padded_all_reduce.txt"
     res = parse_nccl_tests(path)
     assert res.op == "all_reduce" and len(res.rows) > 10 and (res.rows["size_bytes"] >= 2**20).any()
+
+
+_MPI_ALL_GATHER = """# nccl-tests version 2.18.0 nccl-headers=22907 nccl-library=22907
+# Collective test starting: all_gather_perf_mpi
+# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 10 iters: 50
+#
+# Using devices
+#  Rank  0 Group  0 Pid 100 on      node1 device  0 [0000:02:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid 101 on      node1 device  1 [0000:03:00] NVIDIA H100 80GB HBM3
+#
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+     1048576        131072     float    none      -1    20.00   52.43   26.21       0    20.00   52.43   26.21       0
+     2097152        262144     float    none      -1    30.00   69.91   34.95       0    30.00   69.91   34.95       0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 30.58
+"""
+
+
+def test_an_mpi_builds_binary_names_its_collective(tmp_path):
+    """nccl-tests built with MPI announce 'all_gather_perf_mpi': the op was not read from it, and an
+    all_gather table (which its rows cannot tell from alltoall) was refused."""
+    f = tmp_path / "rep1.log"
+    f.write_text(_MPI_ALL_GATHER)
+    r = parse_nccl_tests(f)
+    assert (r.op, r.op_source, r.n_ranks, r.avg_busbw_gb_per_s) == ("all_gather", "text", 2, 30.58)
+
+
+def test_a_table_of_every_type_reads_its_bfloat16_rows(tmp_path, capsys):
+    """'-d all' prints each size once per type, and the types reduce at different rates (a public 16-H200
+    table: int8 390, bfloat16 484 GB/s busbw): all the rows were fitted as one collective. One training type
+    is read, said in a note; a table of no training type is refused."""
+    head = _MPI_ALL_GATHER.split("     1048576")[0].replace("all_gather_perf_mpi", "all_reduce_perf")
+
+    def table(types):
+        rows = []
+        for size in (1048576, 2097152):
+            for dtype, width, bus in types:
+                t = size / (bus * 1e9) * 1e6  # all_reduce over 2 ranks: busbw = algbw
+                bw = size / t / 1e3
+                rows.append(f"{size:12d} {size // width:12d} {dtype:>9} sum -1 {t:8.2f} {bw:7.2f} {bw:7.2f} 0 "
+                            f"{t:8.2f} {bw:7.2f} {bw:7.2f} 0")
+        return head + "\n".join(rows) + "\n# Out of bounds values : 0 OK\n"
+
+    f = tmp_path / "all_reduce_dall.txt"
+    f.write_text(table([("int8", 1, 300.0), ("bfloat16", 2, 480.0), ("float", 4, 482.0)]))
+    r = parse_nccl_tests(f)
+    assert r.op == "all_reduce" and r.rows.dtype.tolist() == ["bfloat16", "bfloat16"]
+    assert r.rows.oop_busbw_gb_per_s.tolist() == pytest.approx([480.0, 480.0], abs=0.01)
+    err = capsys.readouterr().err
+    assert err.count("note:") == 1 and "3 data types (int8, bfloat16, float)" in err and "4 left out" in err
+    ints = tmp_path / "all_reduce_ints.txt"
+    ints.write_text(table([("int8", 1, 300.0), ("int32", 4, 450.0)]))
+    with pytest.raises(InputError, match=r"none a training step reduces in .*-d bfloat16"):
+        parse_nccl_tests(ints)
+    one = tmp_path / "all_reduce_int8.txt"  # one type, whatever it is, is read as before
+    one.write_text(table([("int8", 1, 300.0)]))
+    assert parse_nccl_tests(one).rows.dtype.tolist() == ["int8", "int8"]
+
+
+def test_rccl_tests_trailer_keeps_the_average(tmp_path):
+    """rccl-tests prints '# Errors with asterisks ...' before the trailer: the table ended there and the
+    '# Avg bus bandwidth' it prints was lost."""
+    f = tmp_path / "rccl_all_gather.txt"
+    f.write_text(_MPI_ALL_GATHER.replace("# Out of bounds", "# Errors with asterisks indicate errors that have "
+                                         "exceeded the maximum threshold.\n# Out of bounds"))
+    assert parse_nccl_tests(f).avg_busbw_gb_per_s == 30.58

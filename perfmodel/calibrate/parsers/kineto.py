@@ -29,9 +29,11 @@ CATEGORIES: tuple[Category, ...] = ("gemm", "attention", "nccl", "memory", "othe
 _NCCL_RE = re.compile(r"^nccl|ncclKernel|ncclDevKernel", re.I)
 _NCCL_COLL_RE = re.compile(r"nccl(?:Dev)?Kernel_(AllReduce|AllGather|ReduceScatter|SendRecv|"
                            r"Broadcast|Reduce|AllToAll)")
+# (ROCm: aiter's ``fmha_*`` and Triton's ``attn_fwd`` / ``_attn_bwd`` kernels)
 _ATTENTION_RE = re.compile(r"flash_fwd|flash_bwd|flash::|FlashAttn|FlashAttention|fmha|sdpa|"
-                           r"flash_attn", re.I)
-_GEMM_RE = re.compile(r"gemm|nvjet_", re.I)
+                           r"flash_attn|(?:^|_)attn_(?:fwd|bwd)", re.I)
+# (ROCm: Tensile / hipBLASLt GEMM kernels are named ``Cijk_<A layout>_<B layout>_...``)
+_GEMM_RE = re.compile(r"gemm|nvjet_|^Cijk_", re.I)
 _MEMORY_CATS = {"gpu_memcpy", "gpu_memset", "memcpy", "memset"}  # case-folded; the last two: PyTorch 1.8/1.9
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 

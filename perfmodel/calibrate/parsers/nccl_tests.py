@@ -51,7 +51,9 @@ _OP_ALIASES: dict[str, Collective] = {
 }
 _OPS = (r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broadcast|gather|"
         r"scatter|reduce)")
-_OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf\b", re.I)  # the binary name, as run or announced
+# the binary name, as run or announced: ``all_gather_perf``, or an MPI build's ``all_gather_perf_mpi``
+# (as nccl-tests 2.18 output announces it: '# Collective test starting: all_gather_perf_mpi')
+_OP_TEXT_RE = re.compile(rf"\b{_OPS}_perf(?:_mpi)?\b", re.I)
 _ANNOUNCED_RE = re.compile(r"Collective test starting:\s*(\S+)", re.I)
 _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file name
 # '#  Rank %2d Group %2d Pid %6d on %10s device %2d [...] %s'; versions before the Group field (2.13 and
@@ -315,6 +317,30 @@ def _drop_wrong(rows: pd.DataFrame, lines: np.ndarray, where: str) -> tuple[pd.D
     return rows[~wrong].reset_index(drop=True), lines[~wrong]
 
 
+#: the types a mixed table (``-d all``) is read at, best first: a training step's reductions run in one of
+#: them, and nccl-tests' integer and fp8 types reduce at other rates (a public 16-H200 all_reduce table:
+#: int8 390, bfloat16 484 GB/s busbw)
+_TRAINING_DTYPES = (("bfloat16", "bf16"), ("half", "float16", "fp16"), ("float", "float32"))
+
+
+def _one_type(rows: pd.DataFrame, lines: np.ndarray, where: str) -> tuple[pd.DataFrame, np.ndarray]:
+    """``rows`` (and their file ``lines``) of one data type: a table of several (``-d all``) keeps the first
+    of ``_TRAINING_DTYPES`` it has and says so in one ``note:`` line; one with none of them is refused."""
+    dtype = rows["dtype"].astype(str).str.lower()
+    present = list(dict.fromkeys(dtype))
+    if len(present) <= 1:
+        return rows, lines
+    for names in _TRAINING_DTYPES:
+        keep = dtype.isin(names).to_numpy()
+        if keep.any():
+            say_note(f"{where}: the table has {len(present)} data types ({', '.join(present)}); its "
+                     f"{int(keep.sum())} {'/'.join(sorted(set(dtype[keep])))} rows are read, the other "
+                     f"{int((~keep).sum())} left out (the types reduce at different rates)")
+            return rows[keep].reset_index(drop=True), lines[keep]
+    raise InputError("type", f"the table has {len(present)} data types ({', '.join(present)}) and none a training "
+                     "step reduces in (bfloat16, half, float): rerun with -d bfloat16", where)
+
+
 #: collectives whose ``count`` is the whole buffer (size = count x type size) and those that print one
 #: rank's share (size = count x type size x ranks); REFERENCES.md §3a, nccl-tests doc/PERFORMANCE.md
 _WHOLE_BUFFER_OPS = {"all_reduce", "reduce", "broadcast", "send_recv"}
@@ -399,6 +425,7 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
     first_line = row_lines[0]
     rows = pd.DataFrame(data, columns=columns)
     rows, lines = _drop_wrong(rows, np.asarray(row_lines, dtype=np.int64), f"{path}:{first_line}")
+    rows, lines = _one_type(rows, lines, f"{path}:{first_line}")
     # the older layouts' 'error' column: the largest deviation from the expected result, where float
     # reductions print their rounding (1e-07): not a failure count, kept as the column it replaced
     rows = rows.rename(columns={"oop_error": "oop_wrong", "ip_error": "ip_wrong"})
@@ -479,7 +506,7 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
                 if not math.isfinite(avg) or avg < 0:
                     raise InputError("avg bus bandwidth", f"not a non-negative number ({m.group(1)!r})",
                                      f"{path}:{lineno}")
-            elif data and re.match(r"#\s*(Out of bounds|Avg bus|Collective test concluded)",
+            elif data and re.match(r"#\s*(Out of bounds|Avg bus|Collective test concluded|Errors with asterisks)",
                                    line) is None:
                 flush()
             rank = _RANK_RE.match(line)

@@ -2,13 +2,15 @@
 
 Recognised lines (a launcher label, ``parsers.launcher``, may precede them):
 - Megatron-LM ``iteration N/M | ... elapsed time per iteration (ms): X | throughput per GPU
-  (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``);
+  (TFLOP/s/GPU): Y`` (throughput only with ``--log-throughput``; BigScience's Megatron-DeepSpeed prints
+  ``(s)``);
 - Megatron-Kwai: the same with ``tokens per sec per gpu: Z``;
 - Megatron-DeepSpeed: ``samples/sec: S | iteration N/M | ... approx flops per GPU: 112.9TFLOPS`` (BigScience's
   fork), or Microsoft's ``iteration N/M | ... elapsed time per iteration (ms): X | ... | samples per second: S |
   tokens per gpu per second (tgs): T | TFLOPs: F |`` (microsoft/Megatron-DeepSpeed ``megatron/training.py``
   ``training_log``; forks of it may drop the tgs field);
-- DeepSpeed ThroughputTimer ``global_step=G, ..., CurrSamplesPerSec=S``;
+- DeepSpeed ThroughputTimer ``global_step=G, ..., CurrSamplesPerSec=S`` (2021-22: ``E/G,
+  RunningAvgSamplesPerSec=R, CurrSamplesPerSec=S``; older: ``E/G, SamplesPerSec=S``);
 - DeepSpeed flops profiler block ``Profile Summary at step N`` ... ``iter latency`` ...;
 - torchtitan ``step: N ... tps: 1,234  tflops: 3.15  mfu: 0.32%`` (``wps:`` before late 2024; colour
   codes stripped).
@@ -29,8 +31,10 @@ COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s
            "samples_per_s", "mfu", "framework", "line", "global_batch"]
 _NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][+-]?\d+)?)"
 _MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
-_ELAPSED_MS = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
-_ELAPSED_LABEL = re.compile(r"elapsed time per iteration \(ms\):\s*([^|\s]*)")
+# in ms; BigScience's Megatron-DeepSpeed (the BLOOM fork) prints '(s)' with four decimals
+_ELAPSED_MS = re.compile(r"elapsed time per iteration \((ms|s)\):\s*" + _NUM)
+_ELAPSED_LABEL = re.compile(r"elapsed time per iteration \((ms|s)\):\s*([^|\s]*)")
+_ELAPSED_UNIT_S = {"ms": 1e-3, "s": 1.0}
 _MEGATRON_TFLOP = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUM)
 # Megatron's training_log prints the step's batch ('global batch size: %5d'), which a ramp-up changes
 _GLOBAL_BATCH = re.compile(r"\|\s*global batch size:\s*(\d+)\s*\|")
@@ -43,6 +47,10 @@ _MSDS_TGS = re.compile(r"\|\s*tokens per gpu per second \(tgs\):\s*" + _NUM)
 _MSDS_TFLOP = re.compile(r"\|\s*TFLOPs:\s*" + _NUM)
 _DS_TIMER = re.compile(r"global_step=(\d+),.*?CurrSamplesPerSec=" + _NUM)
 _DS_TIMER_OLD = re.compile(r"\b\d+/(\d+), SamplesPerSec=" + _NUM)
+# DeepSpeed 0.5-0.7 ThroughputTimer (2021-22): 'EPOCH/STEP, RunningAvgSamplesPerSec=R, CurrSamplesPerSec=S, ...'
+_DS_TIMER_2022 = re.compile(r"\b\d+/(\d+), RunningAvgSamplesPerSec=" + _NUM + r", CurrSamplesPerSec=" + _NUM)
+# NeMo / PyTorch Lightning: 'train_step_timing in s: 6.08' (NeMo 2) or '=49.50' (a Lightning progress bar)
+_NEMO_STEP_TIMING = re.compile(r"train_step_timing in s[:=]")
 # tokens/s per GPU: 'tps' since late 2024, 'wps' before
 _TITAN = re.compile(r"\bstep:\s*(\d+)\s.*?\b[tw]ps:\s*" + _NUM + r"(?:.*?\btflops:\s*" + _NUM +
                     r")?(?:.*?\bmfu:\s*(?:" + _NUM + r"%|N/A))?")
@@ -79,6 +87,9 @@ def _parse_line(text: str, lineno: int) -> dict | None:
     ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
     if ds:
         return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 2))
+    ds = _DS_TIMER_2022.search(text)
+    if ds:
+        return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 3))
     titan = _TITAN.search(text)
     if titan:
         return _row(int(titan.group(1)), "torchtitan", lineno, tokens=_f(titan, 2),
@@ -88,7 +99,8 @@ def _parse_line(text: str, lineno: int) -> dict | None:
 
 def _megatron_row(text: str, it: re.Match, lineno: int) -> dict:
     """A Megatron-family iteration line (Megatron-LM, Megatron-Kwai, both Megatron-DeepSpeeds)."""
-    time_s = _f(_ELAPSED_MS.search(text)) * 1e-3
+    elapsed = _ELAPSED_MS.search(text)
+    time_s = _f(elapsed, 2) * _ELAPSED_UNIT_S[elapsed.group(1)]
     if _KWAI_TOKENS.search(text):
         return _row(int(it.group(1)), "megatron-kwai", lineno, time_s=time_s,
                     tokens=_f(_KWAI_TOKENS.search(text)))
@@ -177,8 +189,8 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
         label = _ELAPSED_LABEL.search(text)
         if label and _MEGATRON_IT.search(text) and not _ELAPSED_MS.search(text):
             # an iteration line whose time is not a number (nan, negative, garbled) is broken, not skipped
-            raise InputError("iteration_time_s", f"must be a finite time > 0 (got {label.group(1)!r} ms)",
-                             f"{path}:{lineno}")
+            raise InputError("iteration_time_s", f"must be a finite time > 0 (got {label.group(2)!r} "
+                             f"{label.group(1)})", f"{path}:{lineno}")
         row = _parse_line(text, lineno)
         if row is not None:
             _check_row(row, f"{path}:{lineno}")
@@ -187,6 +199,12 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     if cut:
         rows = _drop_truncated_last(rows, fields, last_line, path)
     if not rows:
+        nemo = next((i for i, line in enumerate(log_text.splitlines(), start=1)
+                     if _NEMO_STEP_TIMING.search(line)), None)
+        if nemo is not None:
+            raise InputError("training log", "a NeMo / PyTorch Lightning log (train_step_timing) is not read: it "
+                             "states no model or parallel configuration to fit against; give its runs as rows of a "
+                             "runs CSV (--runs)", f"{path}:{nemo}")
         raise InputError("training log", "no iteration lines found (expected "
                          "Megatron/DeepSpeed/torchtitan format)", f"{path}:1")
     df = pd.DataFrame(rows, columns=COLUMNS)
