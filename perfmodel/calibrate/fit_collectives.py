@@ -127,9 +127,10 @@ def _tables(measurements, min_bytes: float) -> list[_Table]:
         if r.op is not None and r.op not in OPS:  # broadcast, reduce, ...: no training collective
             continue
         if r.op is None or r.n_ranks is None:
-            raise InputError("nccl-tests", "op and rank count must be known to fit (a '#  Rank' line per rank, "
-                             "or the op in the file name: all_reduce, all_gather, reduce_scatter, alltoall, "
-                             "sendrecv)", m.path)
+            unknown = " and ".join(x for x, v in (("op", r.op), ("rank count", r.n_ranks)) if v is None)
+            raise InputError("nccl-tests", f"the table's {unknown} must be known to fit (a '#  Rank' line per rank; "
+                             "the op in the output's '*_perf' name or the file name: all_reduce, all_gather, "
+                             "reduce_scatter, alltoall, sendrecv)", f"{m.path}:{r.first_line}")
         if r.n_ranks < 2:  # one rank moves no data: nothing of a fabric to fit (busbw 0)
             continue
         rows = r.rows[(r.rows["size_bytes"] >= min_bytes) & (r.rows["oop_time_us"] > 0)]

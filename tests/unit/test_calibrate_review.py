@@ -357,3 +357,14 @@ def test_a_base_handed_in_keeps_its_description_not_its_fit_records():
     base = Calibration(provenance={"collectives": "calibration/collectives_fit.yaml", "runs_fit_params": {"a": 1.0},
                                    "runs_mape_pct_by_source": {"s": 5.0}, "inputs": [], "created": "x", "gpu": "y"})
     assert base_record(base) == {"collectives": "calibration/collectives_fit.yaml"}
+
+
+def test_a_table_of_unknown_op_is_refused_at_its_line(tmp_path, monkeypatch, capsys):
+    """The refusal named the file only, and 'op and rank count' whichever of the two was missing."""
+    f = tmp_path / "bench.txt"
+    f.write_text("# some preamble\n#       size         count      type   redop    root     time   algbw   busbw  #wrong"
+                 "     time   algbw   busbw  #wrong\n     1048576        131072     float    none      -1    20.00   "
+                 "52.43   26.21       0    20.00   52.43   26.21       0\n")
+    code, err, prof = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(f))
+    assert code == 2 and prof is None and err.count("error:") == 1
+    assert f"{f}:3: nccl-tests: the table's op and rank count must be known" in err
