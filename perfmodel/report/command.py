@@ -80,7 +80,8 @@ def report(
         fail(exc)
     if data.result.n_feasible == 0:
         nothing_usable(f"no feasible configuration for {spec.name} on {gpus} x {cluster.gpu.name} "
-                       f"(global batch {global_batch}, seq len {seq_len}): nothing to report")
+                       f"(global batch {global_batch}, seq len {seq_len}): "
+                       f"{data.result.why_none_feasible(cluster.gpu.hbm_capacity_gib)}; nothing to report")
     try:
         gpu_files = gpu_profile_paths(runs_df) if runs_df is not None else []
         files = write_report(data, out, inputs=[p for p in (runs, calibration, model, gpu, *gpu_files) if p])

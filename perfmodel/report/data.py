@@ -85,7 +85,10 @@ def tp_pp_heatmap(result: SearchResult) -> pd.DataFrame:
     all_tp = np.unique(ev.configs["tp"]) if ev.configs["tp"].size else np.array([1])
     all_pp = np.unique(ev.configs["pp"]) if ev.configs["pp"].size else np.array([1])
     table = frame.pivot_table(index="pp", columns="tp", values="tokens_per_s_per_gpu", aggfunc="max")
-    return table.reindex(index=all_pp, columns=all_tp).astype(float)
+    table = table.reindex(index=all_pp, columns=all_tp).astype(float)
+    # the (pp, tp) cells with a structurally valid configuration: a blank one of them has none that fits
+    table.attrs["valid"] = sorted(set(zip(ev.configs["pp"].tolist(), ev.configs["tp"].tolist())))
+    return table
 
 
 def runs_frame(runs: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:

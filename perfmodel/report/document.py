@@ -45,8 +45,11 @@ def _search_note(data: ReportData) -> str:
 
     res = data.result
     why = res.commonest_rejections(3)
-    text = (f"Searched {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s; "
-            f"{res.n_feasible:,} fit in memory. Most rejected: {why}." if why else
+    # every combination of the search axes: the structurally valid ones costed, the rest rejected by a rule
+    n_all = res.n_evaluated + sum(sum(ev.rejected.values()) for ev in res.evaluated)
+    text = (f"Of {n_all:,} candidate configurations (every combination of the search axes), {res.n_evaluated:,} "
+            f"are structurally valid and were costed in {res.search_time_s:.2f} s; {res.n_feasible:,} fit in "
+            f"memory. Most rejected: {why}." if why else
             f"Searched {res.n_evaluated:,} configurations; {res.n_feasible:,} fit in memory.")
     notes = job_notes(data.job, data.cluster, data.calibration, data.model)
     return text + "".join(f" Note: {n}." if not n.endswith(".") else f" Note: {n}" for n in notes)
@@ -68,7 +71,9 @@ def _runs_section(data: ReportData, images: dict[str, bytes]) -> str:
     why = left["status"].where(left["status"] != "ok", "no measured throughput").value_counts()
     left_text = (" (" + ", ".join(f"{n:,} {w}" for w, n in why.items()) + "; reasons in runs_predicted.csv)"
                  if len(left) else "")
-    stats = f": MAPE {ape.mean():.1f}%, median {ape.median():.1f}%" if len(runs) else ""
+    stats = (f": MAPE {ape.mean():.1f}% over the runs pooled, {by_source.mape.mean():.1f}% averaged over "
+             f"{len(by_source)} source{'s' * (len(by_source) != 1)} (each source's MAPE counts once), median "
+             f"|error| {ape.median():.1f}%" if len(runs) else "")
     parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(given):,} runs given, "
                          f"{len(runs):,} scored{left_text}{stats}.")]
     if "runs" in images:

@@ -33,7 +33,7 @@ def candidate_label(rec: Mapping, rank: int | None = None) -> str:
     """``#1 tp4 pp4 dp32 vpp5 mb1 sp zero1`` (recompute only when on)."""
     parts = [f"tp{int(rec['tp'])}", f"pp{int(rec['pp'])}", f"dp{int(rec['dp'])}"]
     if int(rec.get("cp", 1)) > 1:
-        parts.append(f"cp{int(rec['cp'])}" + ("-ulysses" if rec.get("cp_kind") == "ulysses" else ""))
+        parts.append(f"cp{int(rec['cp'])}-" + ("ulysses" if rec.get("cp_kind") == "ulysses" else "ring"))
     if int(rec.get("vpp", 1)) > 1:
         parts.append(f"vpp{int(rec['vpp'])}")
     parts.append(f"mb{int(rec['micro_batch'])}")

@@ -22,18 +22,20 @@ def heatmap_figure(heatmap: pd.DataFrame, best_tp: int | None = None, best_pp: i
     image = ax.imshow(masked, cmap=cmap, aspect="auto", origin="lower")
     finite = values[np.isfinite(values)]
     mid = (finite.min() + finite.max()) / 2 if finite.size else 0.0
+    valid = {(int(pp), int(tp)) for pp, tp in heatmap.attrs.get("valid", [])}
     for i in range(n_pp):
         for j in range(n_tp):
             v = values[i, j]
-            text = f"{v:,.0f}" if np.isfinite(v) else "-"
+            blank = "no fit" if (int(heatmap.index[i]), int(heatmap.columns[j])) in valid else "-"
+            text = f"{v:,.0f}" if np.isfinite(v) else blank
             color = "white" if np.isfinite(v) and v < mid else "black"
             ax.text(j, i, text, ha="center", va="center", fontsize=8, color=color)
     ax.set_xticks(range(n_tp), [str(int(t)) for t in heatmap.columns])
     ax.set_yticks(range(n_pp), [str(int(p)) for p in heatmap.index])
     ax.set_xlabel("tensor-parallel size (tp)")
     ax.set_ylabel("pipeline-parallel size (pp)")
-    ax.set_title("Best tokens/s per GPU for each TP x PP (other axes searched; '-' = none fits)",
-                 loc="left", fontsize=10)
+    ax.set_title("Best tokens/s per GPU for each TP x PP (other axes searched)\n"
+                 "'no fit': none fits in memory; '-': no valid layout", loc="left", fontsize=10)
     if best_tp is not None and best_pp is not None and best_tp in heatmap.columns and best_pp in heatmap.index:
         j, i = list(heatmap.columns).index(best_tp), list(heatmap.index).index(best_pp)
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=SERIES["capacity"], linewidth=2.5))
@@ -48,8 +50,10 @@ def _cmap():
 
 
 def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Figure:
-    """Total throughput (with ideal linear scaling from the smallest count) and MFU vs GPUs,
-    each point the fastest configuration at that GPU count; a count with none (``status`` other than
+    """Tokens/s per GPU against the GPU count, each point the fastest configuration at that count (flat is
+    linear scaling: the dashed line holds the reference count's per-GPU rate, the job's own count where it
+    has a configuration, else the smallest that has one); MFU on the right-hand scale of the same curve
+    (the model's FLOPs per token do not change with the count). A count with none (``status`` other than
     ok: nothing valid, or nothing fits) is a grey cross on the axis, labelled with its status."""
     fig, (ax,) = new_figure(9, 4.6)
     ok = (scaling["status"] == "ok") if "status" in scaling else pd.Series(True, index=scaling.index)
@@ -61,33 +65,44 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     df = scaling[ok].sort_values("n_gpus")
     missing = scaling[~ok].sort_values("n_gpus")
     g = df["n_gpus"].to_numpy(dtype=float)
-    total = df["tokens_per_s"].to_numpy(dtype=float) / 1e6
-    ax.plot(g, total, "o-", color=SERIES["throughput"], linewidth=2, label="throughput (best config)")
-    ax.plot(g, total[0] * g / g[0], "--", color=SERIES["ideal"], linewidth=1.2, label="ideal linear scaling")
-    for gi, ti, rec in zip(g, total, df.to_dict("records")):
-        ax.annotate(f"tp{rec['tp']} pp{rec['pp']} dp{rec['dp']}" + (f" cp{rec['cp']}" if rec["cp"] > 1 else ""),
-                    (gi, ti), textcoords="offset points", xytext=(4, -12), fontsize=7.5, color="#555555")
+    per_gpu = df["tokens_per_s"].to_numpy(dtype=float) / g
+    ax.plot(g, per_gpu, "o-", color=SERIES["throughput"], linewidth=2, label="tokens/s per GPU (best config)")
+    ref = int(np.flatnonzero(g == current_gpus)[0]) if current_gpus is not None and current_gpus in g else 0
+    ax.axhline(per_gpu[ref], linestyle="--", color=SERIES["ideal"], linewidth=1.2,
+               label=f"linear scaling from {int(g[ref]):,} GPUs")
+    top = float(per_gpu.max()) * 1.3
+    for k, (gi, yi, rec) in enumerate(zip(g, per_gpu, df.to_dict("records"))):
+        layout = f"tp{int(rec['tp'])} pp{int(rec['pp'])} dp{int(rec['dp'])}" + (
+            f" cp{int(rec['cp'])}" if rec["cp"] > 1 else "")
+        total = float(rec["tokens_per_s"])
+        text = f"{layout}\n{total / 1e6:,.2f} M tok/s" if total >= 1e6 else f"{layout}\n{total / 1e3:,.0f} k tok/s"
+        # labels alternate above and below the curve, so neighbours do not run into each other
+        ax.annotate(text, (gi, yi), textcoords="offset points", xytext=(0, 9 if k % 2 == 0 else -22),
+                    ha="center", fontsize=7, color="#555555", linespacing=1.0,
+                    bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
     if len(missing):
         mg = missing["n_gpus"].to_numpy(dtype=float)
         ax.plot(mg, np.zeros_like(mg), "x", color="#888888", markersize=9, markeredgewidth=2, clip_on=False,
                 label="no feasible configuration")
         for gi, status in zip(mg, missing["status"]):
-            ax.annotate(str(status), (gi, 0), textcoords="offset points", xytext=(4, 6), fontsize=7.5,
+            ax.annotate(str(status), (gi, 0), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7.5,
                         color="#888888")
     every = np.sort(scaling["n_gpus"].to_numpy(dtype=float))
     ax.set_xscale("log", base=2)
     ax.set_xticks(every, [f"{int(x):,}" for x in every])
-    ax.set_xlim(every[0] / 1.35, every[-1] * 1.6)
+    ax.set_xticks([], minor=True)
+    ax.set_xlim(every[0] / 1.4, every[-1] * 1.4)
     ax.set_xlabel("GPUs")
-    ax.set_ylabel("throughput (million tokens/s, whole job)", color=SERIES["throughput"])
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel("tokens/s per GPU", color=SERIES["throughput"])
+    ax.set_ylim(0, top)
     if current_gpus is not None:
-        ax.axvline(current_gpus, color="#cccccc", linewidth=6, alpha=0.5, zorder=0)
-    mfu_ax = ax.twinx()
-    mfu_ax.plot(g, df["mfu"].to_numpy(dtype=float) * 100, "s-", color=SERIES["mfu"], linewidth=1.6, label="MFU")
-    mfu_ax.set_ylabel("MFU (%)", color=SERIES["mfu"])
-    mfu_ax.set_ylim(0, max(60.0, float(df["mfu"].max() * 100 * 1.15)))
-    ax.set_title("Scaling with the GPU count (fastest configuration at each count)", loc="left", fontsize=11)
-    lines = ax.get_lines()[:2 + bool(len(missing))] + mfu_ax.get_lines()
-    ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8.5)
+        ax.axvspan(current_gpus / 1.04, current_gpus * 1.04, color="#cccccc", alpha=0.5, zorder=0,
+                   label=f"this job: {int(current_gpus):,} GPUs")
+    # MFU is tokens/s per GPU times a constant (the model's FLOPs per token over the GPU's peak)
+    mfu_per_token = float(np.median(df["mfu"].to_numpy(dtype=float) / per_gpu)) * 100.0
+    mfu_ax = ax.secondary_yaxis("right", functions=(lambda y: y * mfu_per_token, lambda m: m / mfu_per_token))
+    mfu_ax.set_ylabel("MFU (%)")
+    ax.set_title("Scaling with the GPU count (fastest configuration at each count; label: layout, whole-job "
+                 "throughput)", loc="left", fontsize=10)
+    fig.legend(loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     return fig

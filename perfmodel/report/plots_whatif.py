@@ -40,7 +40,9 @@ def _layout(r) -> str:
     return text
 
 
-def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
+def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str | None = None) -> Figure:
+    """``context``: the job the sweep varies (model, GPUs, sequence, batch; the fixed configuration), a second
+    title line."""
     sweep = list(sweep or df.attrs.get("sweep") or [])
     x_var = sweep[0]
     s_var = sweep[1] if len(sweep) > 1 else None
@@ -65,11 +67,16 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
             else:
                 pos = np.array([xs.index(v) for v in sub[x_var]]) + (k - (len(series) - 1) / 2) * width
                 bars = ax.bar(pos, y, width=width * 0.95, color=color, label=name)
-                text = [f"{v:,.0f}" if col != "mfu" else f"{v:.1f}" for v in y]
+                text = [f"{v:,.0f}" if col != "mfu" else f"{v:.1f}%" for v in y]
                 if col != "mfu" and df.attrs.get("mode") == "best":
                     text = [f"{t}\n{_layout(r)}" for t, r in zip(text, sub.to_dict("records"))]
                 ax.bar_label(bars, text, fontsize=7.5, padding=2)
         if numeric:
+            # a point with no configuration (invalid, or nothing fits) is a grey cross on the axis, as in report
+            gone = df[(df["status"] != "ok")]
+            if len(gone):
+                ax.plot(gone[x_var].to_numpy(dtype=float), np.zeros(len(gone)), "x", color="#888888", markersize=8,
+                        markeredgewidth=2, clip_on=False, label="no configuration (invalid or no fit)")
             if len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 8:
                 ax.set_xscale("log", base=2)
             ax.set_xticks([float(v) for v in xs], [_fmt(x_var, v) for v in xs])
@@ -78,10 +85,11 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None) -> Figure:
         ax.set_xlabel(AXIS_LABELS.get(x_var, x_var))
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0, top=(ax.get_ylim()[1] * 1.1))
-        if s_var or not numeric:
+        if s_var or not numeric or (df["status"] != "ok").any():
             ax.legend(fontsize=8.5, title=AXIS_LABELS.get(s_var, "") if s_var else None)
     dropped = len(df) - len(ok)
-    note = f" ({dropped} of {len(df)} points invalid or out of memory, not drawn)" if dropped else ""
+    note = (f" ({dropped} of {len(df)} points invalid or out of memory, "
+            + ("crosses on the axis)" if numeric else "not drawn)")) if dropped else ""
     fig.suptitle(f"What if: {' x '.join(AXIS_LABELS.get(v, v) for v in sweep)} "
-                 f"[{df.attrs.get('mode', '?')} configuration]{note}", fontsize=11)
+                 f"[{df.attrs.get('mode', '?')} configuration]{note}" + (f"\n{context}" if context else ""), fontsize=11)
     return fig

@@ -135,7 +135,14 @@ def whatif_command(
 
         if out.exists() and not out.is_dir():
             fail(InputError("out", "is a file; give a folder for whatif.csv and whatif.png", where=str(out)))
-        files = {"whatif.png": png_bytes(whatif_figure(df)), "whatif.csv": df.to_csv(index=False).encode("utf-8")}
+        context = (f"{spec.name} on {cluster.n_gpus:,} x {cluster.gpu.name}, seq len {job.seq_len:,}, global batch "
+                   f"{job.global_batch:,}, {job.framework}")
+        if par is not None:  # the fixed configuration (dp re-derived at each point)
+            context += (f"; fixed: tp{par.tp} pp{par.pp}" + (f" cp{par.cp}-{par.cp_kind}" if par.cp > 1 else "")
+                        + (f" vpp{par.vpp}" if par.vpp > 1 else "") + f" mb{par.micro_batch} zero{par.zero_stage}"
+                        + (f" zero++({par.zeropp})" if par.zeropp else "") + f" recompute {par.recompute}")
+        files = {"whatif.png": png_bytes(whatif_figure(df, context=context)),
+                 "whatif.csv": df.to_csv(index=False).encode("utf-8")}
         try:
             output_folder(out)
             # the calibration, model or GPU file, or a file a --vary point names (a calibration what-if)

@@ -82,7 +82,6 @@ def recommend(
     from perfmodel.search.emit import emit_notes, megatron_overlap_hint
     from perfmodel.search.engine import OBJECTIVES, run_search
     from perfmodel.search.explain import describe, explain
-    from perfmodel.search.space import HOST_MEMORY_REASON
 
     try:
         spec = load_model(model)
@@ -114,15 +113,7 @@ def recommend(
     if res.n_feasible == 0:
         if json_out:
             typer.echo(json.dumps({**res.contract_json(top), "notes": notes_out}))
-        mems = [ev.metrics["memory_gib"] for ev in res.evaluated if ev.metrics["memory_gib"].size]
-        if mems:
-            least = min(float(m.min()) for m in mems)
-            why = (f"none of the {res.n_evaluated:,} structurally valid configurations fits in memory (the "
-                   f"smallest needs {least:.1f} GiB per GPU, the GPU has {cluster.gpu.hbm_capacity_gib:g})")
-            if res.rejected.get(HOST_MEMORY_REASON):  # some fit the GPU but offload more than the host holds
-                why += f"; {res.rejected[HOST_MEMORY_REASON]:,} of them {HOST_MEMORY_REASON}"
-        else:
-            why = "no structurally valid configuration: " + res.commonest_rejections(3)
+        why = res.why_none_feasible(cluster.gpu.hbm_capacity_gib)
         nothing_usable(f"no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}")
 
     best = res.candidates.iloc[0]

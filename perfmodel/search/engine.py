@@ -112,6 +112,20 @@ class SearchResult:
         reasons = sorted(self.rejected.items(), key=lambda kv: -kv[1])[:k]
         return "; ".join(f"{rule} ({n:,})" for rule, n in reasons)
 
+    def why_none_feasible(self, hbm_capacity_gib: float) -> str:
+        """Why no configuration is feasible: none fits in memory (the least any needs, against the GPU's
+        capacity; how many fit the GPU but offload more than the host holds), or none is structurally valid
+        (the commonest rules). Said by recommend and report alike."""
+        mems = [ev.metrics["memory_gib"] for ev in self.evaluated if ev.metrics["memory_gib"].size]
+        if not mems:
+            return "no structurally valid configuration: " + self.commonest_rejections(3)
+        least = min(float(m.min()) for m in mems)
+        why = (f"none of the {self.n_evaluated:,} structurally valid configurations fits in memory (the "
+               f"smallest needs {least:.1f} GiB per GPU, the GPU has {hbm_capacity_gib:g})")
+        if self.rejected.get(HOST_MEMORY_REASON):  # some fit the GPU but offload more than the host holds
+            why += f"; {self.rejected[HOST_MEMORY_REASON]:,} of them {HOST_MEMORY_REASON}"
+        return why
+
     def infeasible_gpu_counts(self) -> list[int]:
         """The GPU counts searched that hold no feasible configuration (none valid, or none fits)."""
         return [int(ev.n_gpus) for ev in self.evaluated if not np.asarray(ev.metrics["fits"]).any()]

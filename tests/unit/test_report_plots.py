@@ -31,7 +31,9 @@ def bar_totals(ax) -> np.ndarray:
 def test_time_bars_sum_to_iteration_time(data):
     top = data.top_candidates
     ax = time_breakdown_figure(top).axes[0]
-    assert len(ax.containers) == len(TIME_PARTS)
+    drawn = [p for p in TIME_PARTS if (top[p] > 0).any()]
+    # a part that is zero in every bar (e.g. no offloading) is neither drawn nor in the legend
+    assert len(ax.containers) == len(drawn) < len(TIME_PARTS)
     # rows are drawn best on top: y = n-1 .. 0
     assert bar_totals(ax) == pytest.approx(top["iteration_time_s"].to_numpy(), rel=1e-9)
 
@@ -51,7 +53,9 @@ def test_every_part_has_its_own_colour_and_plots_use_it(data):
     assert len({colors.time_color(p) for p in TIME_PARTS}) == len(TIME_PARTS)
     assert len({colors.memory_color(p) for p in MEMORY_PARTS}) == len(MEMORY_PARTS)
     ax = time_breakdown_figure(data.top_candidates).axes[0]
-    for part, container in zip(TIME_PARTS, ax.containers):
+    drawn = [p for p in TIME_PARTS if (data.top_candidates[p] > 0).any()]
+    assert [c.get_label() for c in ax.containers] == [colors.time_label(p) for p in drawn]
+    for part, container in zip(drawn, ax.containers):
         assert to_hex(container.patches[0].get_facecolor()) == colors.time_color(part)
         assert container.get_label() == colors.time_label(part)
 
@@ -81,10 +85,18 @@ def test_scaling_curve_points_and_axes(data):
     assert (s["tokens_per_s"] == s["tokens_per_s_per_gpu"] * s["n_gpus"]).all()
     fig = scaling_figure(s, 64)
     ax = fig.axes[0]
-    throughput = ax.get_lines()[0]
-    assert throughput.get_ydata() == pytest.approx(s["tokens_per_s"].to_numpy() / 1e6)
-    assert "GPUs" in ax.get_xlabel() and "tokens/s" in ax.get_ylabel()
-    assert "MFU" in fig.axes[1].get_ylabel()
+    throughput, ideal = ax.get_lines()[:2]
+    assert throughput.get_ydata() == pytest.approx(s["tokens_per_s_per_gpu"].to_numpy())
+    # linear scaling is the job's own count's per-GPU rate (a flat line), not the smallest count's
+    assert ideal.get_ydata() == pytest.approx([s["tokens_per_s_per_gpu"].iloc[-1]] * 2)
+    assert "64 GPUs" in ideal.get_label()
+    assert "GPUs" in ax.get_xlabel() and "tokens/s per GPU" in ax.get_ylabel()
+    # MFU is the right-hand scale of the same curve: tokens/s per GPU x the model's FLOPs per token / peak
+    mfu_axis = ax.child_axes[0]
+    assert "MFU" in mfu_axis.get_ylabel()
+    fig.canvas.draw()
+    scale = mfu_axis.get_ylim()[1] / ax.get_ylim()[1]
+    assert scale * s["tokens_per_s_per_gpu"].to_numpy() == pytest.approx(100 * s["mfu"].to_numpy())
 
 
 def test_png_bytes_are_png(data):
@@ -97,7 +109,7 @@ def test_default_scaling_counts_are_the_documented_range():
 
 def test_candidate_label_names_the_layout():
     rec = dict(tp=8, pp=4, dp=16, cp=2, vpp=5, micro_batch=1, sp=True, zero_stage=1, zeropp="", recompute="selective")
-    assert candidate_label(rec, 1) == "#1 tp8 pp4 dp16 cp2 vpp5 mb1 sp zero1 rc-selective"
+    assert candidate_label(rec, 1) == "#1 tp8 pp4 dp16 cp2-ring vpp5 mb1 sp zero1 rc-selective"
     assert "sp" not in candidate_label({**rec, "tp": 1}).split()
 
 
@@ -107,3 +119,37 @@ def test_html_escapes_every_text_path():
                                                             html.table([evil], [[evil]]), note=evil))])
     assert "<img src=x" not in page
     assert page.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;") >= 7
+
+
+def test_runs_plot_axes_read_plainly():
+    """Six runs within a decade drew log axes of minor ticks only ('3x10^3' and '4x10^3' ran together) and a
+    histogram counting 0.25 runs; the title gave only the pooled MAPE."""
+    import pandas as pd
+
+    from perfmodel.report.plots_runs import runs_figure
+
+    meas = np.array([2100.0, 2500.0, 3000.0, 3500.0, 4000.0, 4400.0])
+    runs = pd.DataFrame({"source": ["a"] * 5 + ["b"], "measured_tokens_per_s_per_gpu": meas,
+                         "pred_tokens_per_s_per_gpu": meas * np.array([1.1, 0.9, 1.0, 1.05, 0.95, 1.5])})
+    runs["error_pct"] = (runs.pred_tokens_per_s_per_gpu / runs.measured_tokens_per_s_per_gpu - 1) * 100
+    fig = runs_figure(runs)
+    ax, hist = fig.axes[:2]
+    fig.canvas.draw()
+    assert ax.get_xscale() == "linear" and "," in ax.get_xticklabels()[1].get_text()
+    assert all(float(t).is_integer() for t in hist.get_yticks())
+    assert "MAPE 13.3% pooled, 28.0% over 2 sources" in ax.get_title(loc="left")
+    wide = runs.assign(measured_tokens_per_s_per_gpu=meas * np.geomspace(1, 100, 6),
+                       pred_tokens_per_s_per_gpu=meas * np.geomspace(1, 100, 6))
+    wide_ax = runs_figure(wide.assign(error_pct=0.0)).axes[0]
+    assert wide_ax.get_xscale() == "log" and wide_ax.xaxis.get_minor_formatter().__class__.__name__ == "NullFormatter"
+
+
+def test_heatmap_tells_no_fit_from_no_layout():
+    """'-' stood both for cells where nothing fits in memory and for cells no valid layout has (tp x pp above
+    the GPU count)."""
+    import pandas as pd
+
+    heat = pd.DataFrame([[900.0, np.nan], [np.nan, np.nan]], index=[1, 2], columns=[1, 8])  # rows pp, columns tp
+    heat.attrs["valid"] = [(1, 1), (1, 8), (2, 1)]  # (pp, tp) with a structurally valid configuration
+    texts = {t.get_text() for t in heatmap_figure(heat).axes[0].texts}
+    assert texts == {"900", "no fit", "-"}

@@ -101,6 +101,10 @@ def test_report_with_runs_adds_predicted_vs_measured(tmp_path):
     pred = pd.read_csv(tmp_path / "r" / "runs_predicted.csv")
     assert len(pred) > 10 and {"measured_tokens_per_s_per_gpu", "pred_tokens_per_s_per_gpu", "error_pct"} <= set(pred)
     assert "runs &amp; &lt;odd&gt; name.csv" in page and "<odd>" not in page
+    # the pooled MAPE (large sources weigh most) and the average of the sources' MAPEs are both named
+    assert "over the runs pooled" in page and "averaged over" in page
+    # how many candidates there were, beside how many were valid (the rejection counts are of the first)
+    assert "candidate configurations (every combination of the search axes)" in page
 
 
 def test_model_name_is_escaped(tmp_path):
@@ -184,3 +188,14 @@ def test_calibration_box_tells_its_own_fit_from_its_base_profiles(tmp_path):
     assert rows["collectives fit quality"].startswith("1 nccl-tests file, median |error| 0.13%")
     assert "runs fit quality (of the base profile, before this calibration)" in rows
     assert "runs fit quality" not in rows
+
+
+def test_report_with_nothing_feasible_says_why(tmp_path):
+    """It said only 'no feasible configuration ...: nothing to report'; recommend says what the smallest
+    configuration needs, and so does report now (one line, exit 1, nothing written)."""
+    res = run(["--model", "llama3.1-405b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "64",
+               "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and not (tmp_path / "r" / HTML_FILE).exists()
+    line = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(line) == 1 and "structurally valid configurations fits in memory (the smallest needs" in line[0]
+    assert "the GPU has 79.6); nothing to report" in line[0]

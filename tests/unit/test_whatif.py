@@ -278,3 +278,39 @@ def test_a_gpu_count_sweep_from_a_small_job_takes_the_gpus_node_size():
                        mode="fixed", parallel=par)
     assert stated.tokens_per_s_per_gpu.iloc[0] != big.tokens_per_s_per_gpu.iloc[0]
     assert build_cluster("h100-sxm5-80gb", 4, None, None, None).resized(64).gpus_per_node == 8
+
+
+def test_whatif_figure_names_the_job_and_marks_points_without_a_configuration():
+    """The figure named neither the model, the GPU count nor the fixed configuration, left the points with no
+    configuration out without a mark, and printed MFU bar labels without their '%'."""
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpus": [1, 16, 32]}, mode="fixed", parallel=PAR)
+    assert (df["status"] != "ok").sum() >= 1
+    fig = whatif_figure(df, context="llama3-8b on 64 x h100; fixed: tp2 pp2")
+    assert fig._suptitle.get_text().endswith("\nllama3-8b on 64 x h100; fixed: tp2 pp2")
+    assert "crosses on the axis" in fig._suptitle.get_text()
+    crosses = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == list(df.loc[df.status != "ok", "gpus"].astype(float))
+    bars = whatif_figure(pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}))
+    assert all(t.get_text().endswith("%") for t in bars.axes[1].texts)
+
+
+def test_whatif_command_png_title_names_the_fixed_configuration(tmp_path):
+    args = ["whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "4096", "--vary", "scale_out_gbit_per_s=800,3200", "--mode", "fixed", "--tp", "2",
+            "--pp", "2", "--recompute", "selective", "--out", str(tmp_path)]
+    from unittest import mock
+
+    import perfmodel.report.plots_whatif as plots
+
+    seen = {}
+    real = plots.whatif_figure
+
+    def spy(df, sweep=None, context=None):
+        seen["context"] = context
+        return real(df, sweep, context)
+
+    with mock.patch.object(plots, "whatif_figure", spy):
+        res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert seen["context"] == ("llama3-8b on 64 x h100-sxm5-80gb, seq len 4,096, global batch 128, megatron-lm; "
+                               "fixed: tp2 pp2 mb1 zero1 recompute selective")
