@@ -199,6 +199,11 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
                 or (model_type in ("falcon", "refinedweb", "refinedwebmodel")
                     and (cfg.get("parallel_attn", True) is True or cfg.get("new_decoder_architecture") is True))
                 or cfg.get("use_parallel_residual") is True or cfg.get("parallel_attn") is True)
+    # QKV biases without other linear biases: Qwen2 always (transformers Qwen2Attention: q/k/v_proj bias=True),
+    # Llama-style configs where attention_bias is true (which also puts one on the output projection)
+    qkv_bias = gated and (model_type == "qwen2" or cfg.get("attention_bias") is True)
+    if qkv_bias:
+        notes.append(f"{where}: the attention projections' biases are not costed (a few parameters a layer)")
     data = dict(
         name=name,
         n_layers=layers,
@@ -212,6 +217,7 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         learned_pos_emb=learned,
         max_seq_len=_informational_length(pick(*CONTEXT_KEYS), where, found(*CONTEXT_KEYS), used=learned),
         parallel_block=parallel,
+        qkv_bias=qkv_bias,
         source=where,
         notes=tuple(notes),
     )

@@ -62,14 +62,13 @@ def scaling_frame(result: SearchResult) -> pd.DataFrame:
     for ev in result.evaluated:
         if ev.n_gpus in best.index:
             rows.append({"n_gpus": ev.n_gpus, **best.loc[ev.n_gpus].to_dict(), "status": "ok", "reason": ""})
-        elif ev.configs["tp"].size == 0:
+        elif ev.n_valid == 0:
             common = max(ev.rejected.items(), key=lambda kv: kv[1])[0] if ev.rejected else ""
             rows.append({"n_gpus": ev.n_gpus, "status": "invalid", "reason": "no structurally valid configuration"
                          + (f" ({common})" if common else "")})
         else:
             rows.append({"n_gpus": ev.n_gpus, "status": "no fit", "reason": "nothing fits in memory (the least of "
-                         f"{ev.configs['tp'].size:,} configurations needs {ev.metrics['memory_gib'].min():.1f} GiB per "
-                         "GPU)"})
+                         f"{ev.n_valid:,} configurations needs {ev.least_memory_gib:.1f} GiB per GPU)"})
     frame = pd.DataFrame(rows, columns=SCALING_COLUMNS).sort_values("n_gpus", kind="stable").reset_index(drop=True)
     return frame.astype({k: "Int64" for k in SCALING_INTS})
 

@@ -102,7 +102,7 @@ def recommend(
         cal = load_calibration(calibration)
         res = run_search(spec, cluster, job, cal, gpu_counts=counts, objective=objective,
                          train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=max(top, 2),
-                         progress=True)
+                         progress=not json_out)  # with --json, stderr stays empty on success
     except (InputError, ValidationError) as exc:
         fail(exc)
 
@@ -117,7 +117,9 @@ def recommend(
         nothing_usable(f"no feasible configuration for {where} (global batch {global_batch}, seq len {seq_len}): {why}")
 
     best = res.candidates.iloc[0]
-    best_row = {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node}
+    # Blackwell or later: the GPU profile states peaks for its microscaling formats (mxfp8)
+    best_row = {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node,
+                "blackwell_or_later": "mxfp8" in cluster.gpu.peak_dense_tflop_per_s}
     emitted = emit_text(emit, spec, job, best_row) if emit else None
     notes = emit_notes(emit, spec, job, best_row) if emit else []
     if json_out:
@@ -175,10 +177,16 @@ def recommend(
         typer.echo(_table(res.pareto, [
             ("gpus", "n_gpus", ""), ("tok/s", "tokens_per_s", ",.0f"), ("tok/s/GPU", "tokens_per_s_per_gpu", ",.0f"),
             ("MFU", "mfu", ".1%"), ("tp", "tp", ""), ("pp", "pp", ""), ("dp", "dp", ""), ("cp", "cp", ""),
-            ("vpp", "vpp", ""), ("mb", "micro_batch", ""), ("zero", "zero_stage", ""), ("recompute", "recompute", ""),
+            ("vpp", "vpp", ""), ("mb", "micro_batch", ""), ("sp", "sp", ""), ("zero", "zero_stage", ""),
+            ("recompute", "recompute", ""),
+            # the long-context and offload dimensions, where a point of the front uses them (as the top table)
+            *([("cp kind", "cp_kind", "")] if (res.pareto["cp"] > 1).any() else []),
+            *([("offload", "offload_fraction", ".2f")] if (res.pareto["offload_fraction"] > 0).any() else []),
+            *([("zero++", "zeropp", "")] if (res.pareto["zeropp"].astype(str) != "").any() else []),
         ]))
     if emitted is not None:
-        typer.echo(f"{emit} configuration for {describe(best)}:")
+        # the winner's GPU count where several were searched (--gpus-range)
+        typer.echo(f"{emit} configuration for {describe({**best.to_dict(), '_multi': counts is not None})}:")
         typer.echo(emitted)
         hint = megatron_overlap_hint(job, best) if emit == "megatron" else None
         if hint:

@@ -151,6 +151,8 @@ def _model_flags(model: ModelSpec) -> list[str]:
         f += ["--untie-embeddings-and-output-weights"]
     if model.mlp != "gelu":  # the costed block has no linear biases (ModelSpec.n_params)
         f += ["--disable-bias-linear"]
+        if model.qkv_bias:  # but the model's attention projections have theirs (Qwen2)
+            f += ["--add-qkv-bias"]
     return f
 
 
@@ -356,7 +358,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         if c["zero"] >= 2 and not megatron_deepspeed(job):
             notes.append("do not export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron-FSDP (--use-megatron-fsdp) needs it "
                          "unset or above 1 (validate_args), also with tp or cp > 1")
-        elif (c["tp"] > 1 or c["cp"] > 1) and not megatron_deepspeed(job):
+        elif (c["tp"] > 1 or c["cp"] > 1) and not megatron_deepspeed(job) and not row.get("blackwell_or_later"):
+            # (Megatron-LM validate_args asks for it only below compute capability 10, Blackwell: a row that
+            # does not say its GPU's generation gets the note)
             notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching: Megatron expects it with tp or "
                          "cp > 1 on GPUs before Blackwell (kernel order that its communication overlap relies on)")
         if megatron_deepspeed(job):

@@ -22,7 +22,7 @@ from perfmodel import rules
 from perfmodel.errors import InputError
 from perfmodel.estimate import build_inputs, check_precision
 from perfmodel.search.space import (
-    HOST_MEMORY_REASON, HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, Space, enumerate_space,
+    HOST_MEMORY_REASON, HPZ_MEMORY_REASON, PARALLEL_KEYS, RECOMPUTE_NAMES, ZEROPP_KEYS, enumerate_space,
     expand_zeropp, zeropp_names,
 )
 from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
@@ -50,13 +50,38 @@ CONTRACT_COLUMNS = (
 
 @dataclass
 class Evaluated:
-    """Every evaluated candidate of one GPU count: its configuration and metrics (arrays)."""
+    """The evaluated candidates of one GPU count: their configuration and metrics (arrays). A search over
+    several GPU counts keeps every candidate only of the count that holds its best; of the others it keeps
+    the rows that can still rank (``pruned_to_best``), and ``n_valid`` / ``least_memory_gib`` stay those of
+    the whole count."""
 
     n_gpus: int
     configs: dict[str, np.ndarray]
     metrics: dict[str, np.ndarray]
     template: dict[str, float]
     rejected: dict[str, int] = field(default_factory=dict)
+    n_valid: int = -1
+    """Structurally valid configurations of the count, all costed (-1: the length of ``configs``)."""
+    least_memory_gib: float = float("nan")
+    """The least memory any of them needs (NaN: from ``metrics``; also NaN when there is none)."""
+
+    def __post_init__(self):
+        if self.n_valid < 0:
+            self.n_valid = int(next(iter(self.configs.values())).size) if self.configs else 0
+        mem = self.metrics.get("memory_gib")
+        if np.isnan(self.least_memory_gib) and mem is not None and mem.size:
+            self.least_memory_gib = float(mem.min())
+
+    def pruned_to_best(self, k: int) -> "Evaluated":
+        """The same count with only its ``k`` best fitting rows (most tokens/s per GPU, then least memory:
+        within one GPU count every objective ranks so, ``best_first``), its counts kept."""
+        fit = np.flatnonzero(self.metrics["fits"])
+        order = np.lexsort((self.metrics["memory_gib"][fit], self.configs["offload_fraction"][fit],
+                            -self.metrics["tokens_per_s_per_gpu"][fit]))
+        rows = fit[order[:k]]
+        return Evaluated(self.n_gpus, {key: v[rows] for key, v in self.configs.items()},
+                         {key: v[rows] for key, v in self.metrics.items()}, self.template, self.rejected,
+                         self.n_valid, self.least_memory_gib)
 
 
 @dataclass
@@ -116,10 +141,10 @@ class SearchResult:
         """Why no configuration is feasible: none fits in memory (the least any needs, against the GPU's
         capacity; how many fit the GPU but offload more than the host holds), or none is structurally valid
         (the commonest rules). Said by recommend and report alike."""
-        mems = [ev.metrics["memory_gib"] for ev in self.evaluated if ev.metrics["memory_gib"].size]
+        mems = [ev.least_memory_gib for ev in self.evaluated if ev.n_valid]
         if not mems:
             return "no structurally valid configuration: " + self.commonest_rejections(3)
-        least = min(float(m.min()) for m in mems)
+        least = min(mems)
         why = (f"none of the {self.n_evaluated:,} structurally valid configurations fits in memory (the "
                f"smallest needs {least:.1f} GiB per GPU, the GPU has {hbm_capacity_gib:g})")
         if self.rejected.get(HOST_MEMORY_REASON):  # some fit the GPU but offload more than the host holds
@@ -174,22 +199,36 @@ def kind_order(configs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 class _Progress:
-    """A stderr progress line, shown only once the search has run for more than a second."""
+    """A stderr progress line, shown once the search (its enumeration included, from ``t0``) has run for more
+    than a second: rewritten in place a few times a second on a terminal, a line every few seconds into a
+    file or pipe (a log is not flooded)."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.t0 = time.perf_counter()
+    def __init__(self, n_counts: int, enabled: bool, t0: float):
+        self.n_counts, self.count, self.n_gpus, self.done, self.enabled = n_counts, 0, 0, 0, enabled
+        self.size = 0  # configurations of the GPU count being costed
+        self.t0 = self.last = t0
+        self.tty = enabled and sys.stderr.isatty()
+        self.every_s = 0.25 if self.tty else 5.0
         self.shown = False
+
+    def start_count(self, index: int, n_gpus: int, size: int) -> None:
+        self.count, self.n_gpus, self.size = index + 1, n_gpus, size
+        self(0)
 
     def __call__(self, k: int) -> None:
         self.done += k
-        if self.enabled and time.perf_counter() - self.t0 > 1.0:
-            self.shown = True
-            sys.stderr.write(f"\rsearching: {self.done:,} / {self.total:,} configurations")
-            sys.stderr.flush()
+        now = time.perf_counter()
+        if not self.enabled or now - self.t0 <= 1.0 or (self.shown and now - self.last < self.every_s):
+            return
+        self.shown, self.last = True, now
+        where = (f"GPU count {self.count:,} of {self.n_counts:,} ({self.n_gpus:,} GPUs)" if self.n_counts > 1
+                 else f"of {self.size:,}")
+        line = f"searching: {self.done:,} configurations costed, {where}"
+        sys.stderr.write(f"\r{line}" if self.tty else f"{line}\n")
+        sys.stderr.flush()
 
     def close(self) -> None:
-        if self.shown:
+        if self.shown and self.tty:
             sys.stderr.write("\n")
 
 
@@ -232,6 +271,28 @@ def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
         raise InputError("usd_per_gpu_hour", "objective cost needs --train-tokens and --usd-per-gpu-hour")
 
 
+def _keep_best_whole(evaluated: list[Evaluated], best_at: tuple[int, tuple] | None, k: int, job: JobSpec,
+                     objective: str, train_tokens, usd_per_gpu_hour) -> tuple[int, tuple] | None:
+    """After ``evaluated[-1]`` was added: the count holding the best row so far (``best_first``'s key: score, offload,
+    memory, GPUs) stays whole (``explain`` reads its other configurations), every other count is pruned to
+    its ``k`` best rows. Returns the new (index, key)."""
+    i, ev = len(evaluated) - 1, evaluated[-1]
+    fit = np.flatnonzero(ev.metrics["fits"])
+    key = None
+    if fit.size:
+        m = {name: ev.metrics[name][fit] for name in METRICS}
+        score = _score(m, np.full(fit.size, float(ev.n_gpus)), job, objective, train_tokens, usd_per_gpu_hour)
+        off = ev.configs["offload_fraction"][fit]
+        j = int(np.lexsort((m["memory_gib"], off, score["score"]))[0])
+        key = (float(score["score"][j]), float(off[j]), float(m["memory_gib"][j]), ev.n_gpus)
+    if key is not None and (best_at is None or key < best_at[1]):
+        if best_at is not None:
+            evaluated[best_at[0]] = evaluated[best_at[0]].pruned_to_best(k)
+        return i, key
+    evaluated[i] = ev.pruned_to_best(k)
+    return best_at
+
+
 def breakdown_frame(ev: Evaluated, rows: np.ndarray) -> pd.DataFrame:
     """Full time and memory breakdown for a few rows of one evaluated GPU count."""
     sub = {k: ev.configs[k][rows] for k in PARALLEL_KEYS + tuple(k for k in ZEROPP_KEYS if k in ev.configs)}
@@ -267,14 +328,20 @@ def run_search(
     t0 = time.perf_counter()
     counts = sorted(set(int(g) for g in gpu_counts)) if gpu_counts else [cluster.n_gpus]
     clusters = [cluster] if not gpu_counts else [_cluster_with(cluster, g) for g in counts]
-    spaces: list[tuple[ClusterSpec, Space]] = [(c, enumerate_space(model, c, job)) for c in clusters]
-    if zeropp:
-        spaces = [(c, expand_zeropp(sp, c, job.framework)) for c, sp in spaces]
-    total = sum(sp.size for _, sp in spaces)
-    bar = _Progress(total, progress)
+    bar = _Progress(len(clusters), progress, t0)
     evaluated: list[Evaluated] = []
     rejected: dict[str, int] = {}
-    for c, space in spaces:
+    # several GPU counts: one at a time, and of each count that does not hold the best row so far only the
+    # rows that can still rank (the top ``top`` and the count's fastest, for the Pareto front and the scaling
+    # curve): memory grows with the counts, not with every configuration of every count
+    prune = top is not None and len(clusters) > 1
+    best_at: tuple[int, tuple] | None = None  # (index into evaluated, ranking key) of the best row so far
+    n_fit = 0  # feasible configurations, every count (pruning keeps fewer rows)
+    for c in clusters:
+        space = enumerate_space(model, c, job)
+        if zeropp:
+            space = expand_zeropp(space, c, job.framework)
+        bar.start_count(len(evaluated), c.n_gpus, space.size)
         template = template_inputs(model, c, job, cal)
         keep = METRICS + (("hpz_secondary_gib",) if zeropp else ())
         metrics = evaluate(template, space.configs, keep=keep, progress=bar) if space.size else {
@@ -303,6 +370,10 @@ def run_search(
         n_unfit = int((~metrics["fits"]).sum()) - ev_unfit_hpz - n_host
         if n_unfit:
             rejected["does not fit in GPU memory"] = rejected.get("does not fit in GPU memory", 0) + n_unfit
+        n_fit += int(metrics["fits"].sum())
+        if prune:
+            best_at = _keep_best_whole(evaluated, best_at, max(top, 1), job, objective, train_tokens,
+                                       usd_per_gpu_hour)
     bar.close()
 
     # ---- rank the feasible candidates of every GPU count together --------------------------
@@ -310,8 +381,8 @@ def run_search(
     for i, ev in enumerate(evaluated):
         rows = np.flatnonzero(ev.metrics["fits"])
         parts.append((i, rows))
-    n_evaluated = sum(ev.configs["tp"].size for ev in evaluated)
-    n_feasible = sum(r.size for _, r in parts)
+    n_evaluated = sum(ev.n_valid for ev in evaluated)
+    n_feasible = n_fit
     which = np.concatenate([np.full(r.size, i) for i, r in parts]) if parts else np.empty(0, int)
     rows = np.concatenate([r for _, r in parts]) if parts else np.empty(0, int)
     gcount = np.array([evaluated[i].n_gpus for i in range(len(evaluated))])[which] if which.size else np.empty(0)
@@ -321,7 +392,9 @@ def run_search(
 
     m = {k: col(k) for k in METRICS}
     scores = _score(m, gcount.astype(float), job, objective, train_tokens, usd_per_gpu_hour)
-    keep = best_first(scores["score"], m["memory_gib"], gcount, top)
+    offload = (np.concatenate([evaluated[i].configs["offload_fraction"][r] for i, r in parts]) if parts
+               else np.empty(0))
+    keep = best_first(scores["score"], m["memory_gib"], gcount, top, offload)
 
     def cfg(k):
         return np.concatenate([evaluated[i].configs[k][r] for i, r in parts])[keep] if parts else np.empty(0)
@@ -348,16 +421,19 @@ def run_search(
                         which[keep], rows[keep])
 
 
-def best_first(score: np.ndarray, memory_gib: np.ndarray, n_gpus: np.ndarray, top: int | None) -> np.ndarray:
-    """Indices by best (least) score first; ties: less memory, then fewer GPUs. With ``top``, only the first
-    ``top``: the lexicographic sort runs on the candidates scoring at most the top-th best score (ties
-    included), found by a linear-time partition."""
+def best_first(score: np.ndarray, memory_gib: np.ndarray, n_gpus: np.ndarray, top: int | None,
+               offload: np.ndarray | None = None) -> np.ndarray:
+    """Indices by best (least) score first; ties: less activation offloading (an offload the step hides
+    gains nothing and costs host memory and PCIe traffic), then less memory, then fewer GPUs. With ``top``,
+    only the first ``top``: the lexicographic sort runs on the candidates scoring at most the top-th best
+    score (ties included), found by a linear-time partition."""
+    offload = np.zeros_like(score) if offload is None else offload
     if top is not None and 0 < top < score.size:
         cut = np.partition(score, top - 1)[top - 1]
         near = np.flatnonzero(score <= cut)
         if near.size >= top:  # (fewer only where scores are NaN: the full sort below)
-            return near[np.lexsort((n_gpus[near], memory_gib[near], score[near]))][:top]
-    order = np.lexsort((n_gpus, memory_gib, score))
+            return near[np.lexsort((n_gpus[near], memory_gib[near], offload[near], score[near]))][:top]
+    order = np.lexsort((n_gpus, memory_gib, offload, score))
     return order if top is None else order[:top]
 
 
@@ -396,9 +472,10 @@ def df_all_best(evaluated: list[Evaluated]) -> pd.DataFrame:
         if not fits.any():
             continue
         t = np.where(fits, ev.metrics["tokens_per_s_per_gpu"], -np.inf)
-        # the fastest, ties broken as ``best_first`` breaks them for recommend: less memory first
+        # the fastest, ties broken as ``best_first`` breaks them for recommend: less offloading, less memory
         fit_rows = np.flatnonzero(fits)
-        i = int(fit_rows[np.lexsort((ev.metrics["memory_gib"][fit_rows], -t[fit_rows]))[0]])
+        i = int(fit_rows[np.lexsort((ev.metrics["memory_gib"][fit_rows], ev.configs["offload_fraction"][fit_rows],
+                                     -t[fit_rows]))[0]])
         recs.append({
             "n_gpus": ev.n_gpus,
             **{k: int(ev.configs[k][i]) for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage")},

@@ -61,10 +61,8 @@ def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None,
     c, fits = ev.configs, ev.metrics["fits"]
     zero = default_zero_stage(framework)
     sp = int(default_sp(framework))
-    tps = np.unique(c["tp"])
-    for t in (8, 4, 2, 1):
-        if t > gpus_per_node or t not in tps:
-            continue
+    t = default_tp(ev, gpus_per_node)
+    if t is not None:
         m = (
             (c["tp"] == t) & (c["cp"] == 1) & (c["vpp"] == 1) & (c["micro_batch"] == 1)
             & (c["sp"] == sp * int(t > 1)) & (c["zero_stage"] == np.where(c["dp"] * c["cp"] > 1, zero, 0))
@@ -75,8 +73,13 @@ def default_row(ev: Evaluated, gpus_per_node: int, framework: str | None = None,
         idx = np.flatnonzero(m)
         if idx.size:
             return int(idx[np.argmin(c["pp"][idx])])
-        return None
     return None
+
+
+def default_tp(ev: Evaluated, gpus_per_node: int) -> int | None:
+    """The common default's TP: the largest of 8, 4, 2, 1 that fits in a node and that the search has."""
+    tps = np.unique(ev.configs["tp"])
+    return next((t for t in (8, 4, 2, 1) if t <= gpus_per_node and t in tps), None)
 
 
 def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
@@ -142,12 +145,15 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
     zname = f"ZeRO-{default_zero_stage(framework)}"
     spname = "SP" if default_sp(framework) else "no SP"
     if d is None:
-        what = (f"common default (TP=8 in the node, {spname}, {zname}, selective recompute, mb=1, smallest PP that "
+        t = default_tp(ev, gpus_per_node)
+        tp_text = f"TP={t} in the node" if t is not None else "TP in the node"
+        what = (f"common default ({tp_text}, {spname}, {zname}, selective recompute, mb=1, smallest PP that "
                 "fits)")
         if default_row(ev, gpus_per_node, framework, require_fit=False) is None:
             lines.append(f"{what} is not among the configurations {framework or 'the stack'} can run for this job")
         else:
-            lines.append(f"{what} does not fit in memory at any PP")
+            pps = np.unique(ev.configs["pp"][ev.configs["tp"] == t])
+            lines.append(f"{what} does not fit in memory" + (" at any PP" if pps.size > 1 else f" (PP={int(pps[0])})"))
         return lines
     b = breakdown_frame(ev, np.array([d])).iloc[0]
     row = {k: int(ev.configs[k][d]) for k in CONFIG_KEYS}

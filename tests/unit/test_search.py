@@ -199,6 +199,72 @@ def test_objectives_and_pareto():
         run_search(model, cluster, job, objective="cost")
 
 
+@pytest.mark.parametrize("objective, extra", [("throughput", {}), ("cost", {"train_tokens": 1e12, "usd_per_gpu_hour": 2.0}),
+                                               ("time-to-train", {"train_tokens": 1e12})])
+def test_a_multi_count_search_keeps_few_rows_and_ranks_as_the_whole_one(objective, extra):
+    """A --gpus-range search kept every configuration of every count to the end (125 counts: 4 GB); it keeps
+    the count holding the best row whole and the others' best rows only, and ranks, counts, draws the Pareto
+    front and explains as the search that keeps everything (top=None)."""
+    model, cluster, job = setup(*CASES[1])
+    counts = [64, 128, 256, 512, 1024]
+    pruned = run_search(model, cluster, job, gpu_counts=counts, objective=objective, top=5, **extra)
+    whole = run_search(model, cluster, job, gpu_counts=counts, objective=objective, top=None, **extra)
+    cols = ["n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", "recompute", "iteration_time_s",
+            "memory_gib", "offload_fraction", "cp_kind"]
+    assert pruned.candidates[cols].reset_index(drop=True).equals(whole.candidates[cols].head(5).reset_index(drop=True))
+    assert (pruned.n_evaluated, pruned.n_feasible, pruned.rejected) == (whole.n_evaluated, whole.n_feasible,
+                                                                        whole.rejected)
+    assert pruned.pareto.equals(whole.pareto)
+    winner = int(pruned.source_gpu_index[0])
+    sizes = [ev.configs["tp"].size for ev in pruned.evaluated]
+    assert sizes[winner] == pruned.evaluated[winner].n_valid  # the winner's count is whole (explain reads it)
+    assert all(n <= 5 for i, n in enumerate(sizes) if i != winner)
+    assert [ev.n_valid for ev in pruned.evaluated] == [ev.n_valid for ev in whole.evaluated]
+    from perfmodel.search.explain import explain
+
+    assert explain(pruned, 8, job.framework) == explain(whole, 8, job.framework)
+
+
+def test_a_json_search_writes_nothing_to_stderr(monkeypatch):
+    """The progress line went to stderr under --json (200 KB on a long --gpus-range), where the README says
+    stderr stays empty on success; without --json it is shown, throttled, once the search passes a second."""
+    import importlib
+    import io
+
+    engine = importlib.import_module("perfmodel.search.engine")  # (perfmodel.search is also the API function)
+    clock = iter(np.arange(0.0, 1e6, 0.4))  # every call 0.4 s later: past a second at once
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: float(next(clock)))
+    args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch",
+            "256", "--seq-len", "8192", "--gpus-range", "32,64"]
+    res = CliRunner().invoke(app, args + ["--json"])
+    assert res.exit_code == 0 and res.stderr == ""
+    err = io.StringIO()
+    monkeypatch.setattr(engine.sys, "stderr", err)
+    bar = engine._Progress(3, True, 0.0)  # not a terminal: whole lines, at most one every 5 s
+    for _ in range(40):
+        bar(8192)
+    lines = err.getvalue().splitlines()
+    assert 1 <= len(lines) <= 40 * 0.4 / 5 + 1 and lines[0].startswith("searching: ") and "\r" not in err.getvalue()
+
+
+def test_a_tie_in_time_prefers_no_offloading():
+    """Megatron-Kwai's 405B on 16,384 GPUs: five configurations 5.866 s each, offloading 0 to 100% of the
+    warm-up activations; 'less memory wins a tie' made the winner offload everything for no gain."""
+    score = np.array([1.0, 1.0, 1.0, 2.0])
+    mem = np.array([77.4, 44.4, 60.9, 10.0])
+    offload = np.array([0.0, 1.0, 0.5, 0.0])
+    gpus = np.full(4, 16384.0)
+    assert list(best_first(score, mem, gpus, None, offload)) == [0, 2, 1, 3]
+    assert list(best_first(score, mem, gpus, 2, offload)) == [0, 2]
+    assert list(best_first(score, mem, gpus, None)) == [1, 2, 0, 3]  # without offload: less memory first
+    model, cluster, job = pm.load_model("llama3.1-405b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"),
+                                                                               16384, 8), pm.JobSpec(
+        global_batch=2048, seq_len=8192, framework="megatron-kwai")
+    top = run_search(model, cluster, job, top=5).candidates
+    tied = top[top.iteration_time_s == top.iteration_time_s.iloc[0]]
+    assert len(tied) > 1 and tied.offload_fraction.is_monotonic_increasing and top.offload_fraction.iloc[0] == 0.0
+
+
 def test_pareto_front_drops_dominated():
     import pandas as pd
 
@@ -269,3 +335,14 @@ def test_cli_bad_model_and_gpus_exit_2():
         r = runner.invoke(app, [a for a in BASE] + args)
         assert r.exit_code == 2, r.output
         assert r.stderr.startswith("error: ")
+
+
+def test_the_common_default_is_named_with_the_tp_it_has():
+    """On 2 GPUs the explanation said 'common default (TP=8 in the node ...) does not fit at any PP': its TP
+    is the largest of 8, 4, 2, 1 the node and the search have, and a TP with one PP is not 'any PP'."""
+    from perfmodel.search.explain import explain
+
+    model, job = pm.load_model("llama3-8b"), pm.JobSpec(global_batch=64, seq_len=8192)
+    res = run_search(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 2, 8), job, top=2)
+    line = [ln for ln in explain(res, 8) if "common default" in ln]
+    assert line and "TP=2 in the node" in line[0] and line[0].endswith("does not fit in memory (PP=1)")

@@ -29,7 +29,7 @@ MEGATRON_ARGS = {
     # _add_network_size_args
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--max-position-embeddings", "--swiglu", "--untie-embeddings-and-output-weights",
-    "--disable-bias-linear", "--position-embedding-type",
+    "--disable-bias-linear", "--add-qkv-bias", "--position-embedding-type",
     # _add_training_args
     "--micro-batch-size", "--global-batch-size", "--recompute-granularity", "--recompute-method",
     "--recompute-num-layers", "--no-gradient-accumulation-fusion",
@@ -423,3 +423,36 @@ def test_an_uneven_interleaved_two_stage_pipeline_gets_both_notes():
     notes = emit_notes("megatron", model, pm.JobSpec(global_batch=64, seq_len=2048, framework="nanotron"), row)
     assert any("--no-overlap-p2p-communication" in n for n in notes)
     assert any("--decoder-first-pipeline-num-layers" in n for n in notes)
+
+
+def test_no_max_connections_note_on_blackwell():
+    """Megatron-LM asks for CUDA_DEVICE_MAX_CONNECTIONS=1 with tp or cp > 1 only below compute capability 10
+    (validate_args: 'requirement no longer exists since the Blackwell architecture'); a GB200 winner was told to
+    set it. recommend marks the row with its GPU's generation (a profile with mxfp8 peaks)."""
+    llama = pm.load_model("llama3-8b")
+    tp8 = dict(ROWS[1], zeropp="", zero_stage=1)
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in emit_notes("megatron", llama, _job(), tp8))
+    blackwell = dict(tp8, blackwell_or_later=True)
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in n for n in emit_notes("megatron", llama, _job(), blackwell))
+    res = CliRunner().invoke(app, ["recommend", "--model", "llama3-70b", "--gpu", "gb200", "--gpus", "72",
+                                   "--seq-len", "8192", "--global-batch", "72", "--emit", "megatron"])
+    assert res.exit_code == 0 and "--tensor-model-parallel-size" in res.output
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in res.output
+
+
+def test_a_qwen2_config_emits_its_qkv_biases(tmp_path):
+    """Qwen2 has biases on its query/key/value projections only: the emitted flags said --disable-bias-linear
+    and nothing else, so Megatron would train another model; the bias is also named as not costed."""
+    import json as _json
+
+    cfg = {"model_type": "qwen2", "hidden_act": "silu", "hidden_size": 1024, "intermediate_size": 2816,
+           "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936,
+           "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(_json.dumps(cfg))
+    qwen = pm.load_model(str(path))
+    assert qwen.qkv_bias and any("biases are not costed" in n for n in qwen.notes)
+    flags = megatron_flags(qwen, _job(), dict(ROWS[2]))
+    assert "--disable-bias-linear" in flags and "--add-qkv-bias" in flags
+    path.write_text(_json.dumps({**cfg, "model_type": "llama"}))
+    assert not pm.load_model(str(path)).qkv_bias
