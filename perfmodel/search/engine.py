@@ -269,6 +269,9 @@ def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
         raise InputError("train_tokens", "is required with objective time-to-train")
     if objective == "cost" and (train_tokens is None or usd_per_gpu_hour is None):
         raise InputError("usd_per_gpu_hour", "objective cost needs --train-tokens and --usd-per-gpu-hour")
+    if usd_per_gpu_hour is not None and train_tokens is None:  # a price alone prices nothing: not ignored silently
+        raise InputError("usd_per_gpu_hour", "needs --train-tokens: the cost is the time to train that many tokens "
+                         "x the GPUs x the price")
 
 
 def _keep_best_whole(evaluated: list[Evaluated], best_at: tuple[int, tuple] | None, k: int, job: JobSpec,

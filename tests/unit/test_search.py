@@ -346,3 +346,10 @@ def test_the_common_default_is_named_with_the_tp_it_has():
     res = run_search(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 2, 8), job, top=2)
     line = [ln for ln in explain(res, 8) if "common default" in ln]
     assert line and "TP=2 in the node" in line[0] and line[0].endswith("does not fit in memory (PP=1)")
+
+
+def test_a_price_without_tokens_is_refused():
+    """--usd-per-gpu-hour without --train-tokens was accepted and ignored (no cost column, nothing said)."""
+    res = CliRunner().invoke(app, ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64",
+                                   "--global-batch", "256", "--seq-len", "8192", "--usd-per-gpu-hour", "2"])
+    assert res.exit_code == 2 and res.stderr.count("error:") == 1 and "usd_per_gpu_hour: needs --train-tokens" in res.stderr
