@@ -11,7 +11,7 @@ silicon); a Grace Hopper superchip (``NVIDIA GH200 480GB``) is of the H100 and H
 is one or the other). A device name of no known family (an AMD Instinct, an L40S, an H20) is not the
 silicon of a catalog GPU either, so under a catalog ``--gpu`` it is refused too: measure it under a
 hardware profile of its own (``--gpu FILE.yaml``, whose name need not name a family). Only a file that
-names no device is not checked.
+names no device, or a cell that names none (``cuda:0``, an index), is not checked.
 """
 from __future__ import annotations
 
@@ -32,11 +32,17 @@ def gpu_families(name: str | None) -> set[str]:
     return (words & set(GPU_FAMILIES)).union(*(FAMILY_ALIASES[w] for w in words & set(FAMILY_ALIASES)))
 
 
+#: device cells that name no GPU model: a PyTorch device (``cuda``, ``cuda:0``), an index, or the driver's
+#: name for a board it does not know yet (``NVIDIA Graphics Device``)
+NO_MODEL_RE = re.compile(r"\s*(cuda(:\d+)?|\d+|(nvidia )?graphics device)\s*", re.I)
+
+
 def check_device_matches(gpu_name: str, device_name: str | None, where: str) -> None:
     """InputError naming --gpu, the file and the device when ``gpu_name`` names a family and the file's
-    ``device_name`` names another one, or none (a device outside the catalog's families)."""
+    ``device_name`` names another one, or none (a device outside the catalog's families). A cell that names no
+    model (``NO_MODEL_RE``) is not checked."""
     ours, theirs = gpu_families(gpu_name), gpu_families(device_name)
-    if not ours or not (device_name or "").strip() or ours & theirs:
+    if not ours or not (device_name or "").strip() or ours & theirs or NO_MODEL_RE.fullmatch(device_name or ""):
         return
     family = "/".join(sorted(theirs)).upper() if theirs else "a GPU of none of the catalog's families"
     raise InputError("gpu", f"--gpu {gpu_name} ({'/'.join(sorted(ours)).upper()}) is not the GPU this file was "

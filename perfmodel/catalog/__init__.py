@@ -199,11 +199,15 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
                 or (model_type in ("falcon", "refinedweb", "refinedwebmodel")
                     and (cfg.get("parallel_attn", True) is True or cfg.get("new_decoder_architecture") is True))
                 or cfg.get("use_parallel_residual") is True or cfg.get("parallel_attn") is True)
-    # QKV biases without other linear biases: Qwen2 always (transformers Qwen2Attention: q/k/v_proj bias=True),
-    # Llama-style configs where attention_bias is true (which also puts one on the output projection)
-    qkv_bias = gated and (model_type == "qwen2" or cfg.get("attention_bias") is True)
+    # QKV biases without other linear biases: Qwen2 (transformers Qwen2Attention: q/k/v_proj bias=True, o_proj
+    # none), Megatron-LM's --add-qkv-bias. A Llama-style attention_bias puts one on o_proj too, which Megatron
+    # cannot state without the MLP's (--add-bias-linear is every linear layer): said, not emitted
+    qkv_bias = gated and model_type == "qwen2"
     if qkv_bias:
-        notes.append(f"{where}: the attention projections' biases are not costed (a few parameters a layer)")
+        notes.append(f"{where}: the query/key/value projections' biases are not costed (a few parameters a layer)")
+    elif gated and cfg.get("attention_bias") is True:
+        notes.append(f"{where}: attention_bias (biases on the query/key/value and output projections) is not costed, "
+                     "and Megatron-LM has no flag for it without the MLP's biases: the emitted flags drop them")
     data = dict(
         name=name,
         n_layers=layers,

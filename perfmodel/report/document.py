@@ -45,10 +45,10 @@ def _search_note(data: ReportData) -> str:
 
     res = data.result
     why = res.commonest_rejections(3)
-    # every combination of the search axes: the structurally valid ones costed, the rest rejected by a rule
-    n_all = res.n_evaluated + sum(sum(ev.rejected.values()) for ev in res.evaluated)
-    text = (f"Of {n_all:,} candidate configurations (every combination of the search axes), {res.n_evaluated:,} "
-            f"are structurally valid and were costed in {res.search_time_s:.2f} s; {res.n_feasible:,} fit in "
+    # the candidates a structural rule rejected before costing (the rejection counts below include them)
+    n_ruled_out = sum(sum(ev.rejected.values()) for ev in res.evaluated)
+    text = (f"Costed {res.n_evaluated:,} structurally valid configurations in {res.search_time_s:.2f} s "
+            f"({n_ruled_out:,} other candidates were rejected by a rule before costing); {res.n_feasible:,} fit in "
             f"memory. Most rejected: {why}." if why else
             f"Searched {res.n_evaluated:,} configurations; {res.n_feasible:,} fit in memory.")
     notes = job_notes(data.job, data.cluster, data.calibration, data.model)

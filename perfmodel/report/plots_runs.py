@@ -36,7 +36,8 @@ def runs_figure(runs: pd.DataFrame) -> Figure:
     other = ~runs["source"].isin(shown)
     if other.any():
         ax.scatter(meas[other], pred[other], s=14, color="#999999", label=f"other ({other.sum()})", alpha=0.6)
-    # log axes over a decade and more; over less, log ticks are all minor ones (3x10^3 4x10^3 ... run together)
+    # log axes where the padded range (0.7x the least to 1.4x the most) spans 1.5 decades (the data about 16x);
+    # over less, log ticks are all minor ones (3x10^3 4x10^3 ... run together)
     if hi / lo >= 10.0 ** 1.5:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -52,10 +53,13 @@ def runs_figure(runs: pd.DataFrame) -> Figure:
     ax.set_ylabel("predicted tokens/s per GPU")
     ape = np.abs(runs["error_pct"].to_numpy(dtype=float))
     within = [np.mean(ape <= b * 100) for b in BANDS] if ape.size else [np.nan, np.nan]
-    macro = runs.assign(ape=ape).groupby("source")["ape"].mean() if ape.size else pd.Series(dtype=float)
-    ax.set_title(f"{len(runs)} runs: MAPE {np.mean(ape) if ape.size else np.nan:.1f}% pooled, {macro.mean():.1f}% "
-                 f"over {len(macro)} source{'s' * (len(macro) != 1)}; {within[0]:.0%} within 10%, "
-                 f"{within[1]:.0%} within 25%", loc="left", fontsize=10)
+    if ape.size:
+        macro = runs.assign(ape=ape).groupby("source")["ape"].mean()
+        ax.set_title(f"{len(runs)} runs: MAPE {np.mean(ape):.1f}% pooled, {macro.mean():.1f}% over {len(macro)} "
+                     f"source{'s' * (len(macro) != 1)}; {within[0]:.0%} within 10%, {within[1]:.0%} within 25%",
+                     loc="left", fontsize=10)
+    else:
+        ax.set_title("no scored runs", loc="left", fontsize=10)
     ax.legend(fontsize=7.5, loc="upper left")
     err = np.clip(runs["error_pct"].to_numpy(dtype=float), -100, 100)
     hist.hist(err, bins=np.arange(-100, 105, 5), color=SERIES["throughput"], alpha=0.85)

@@ -70,7 +70,7 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     ref = int(np.flatnonzero(g == current_gpus)[0]) if current_gpus is not None and current_gpus in g else 0
     ax.axhline(per_gpu[ref], linestyle="--", color=SERIES["ideal"], linewidth=1.2,
                label=f"linear scaling from {int(g[ref]):,} GPUs")
-    top = float(per_gpu.max()) * 1.3
+    top = max(float(np.nanmax(per_gpu)) * 1.3, 1.0) if np.isfinite(per_gpu).any() else 1.0
     for k, (gi, yi, rec) in enumerate(zip(g, per_gpu, df.to_dict("records"))):
         layout = f"tp{int(rec['tp'])} pp{int(rec['pp'])} dp{int(rec['dp'])}" + (
             f" cp{int(rec['cp'])}" if rec["cp"] > 1 else "")
@@ -98,10 +98,15 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     if current_gpus is not None:
         ax.axvspan(current_gpus / 1.04, current_gpus * 1.04, color="#cccccc", alpha=0.5, zorder=0,
                    label=f"this job: {int(current_gpus):,} GPUs")
-    # MFU is tokens/s per GPU times a constant (the model's FLOPs per token over the GPU's peak)
-    mfu_per_token = float(np.median(df["mfu"].to_numpy(dtype=float) / per_gpu)) * 100.0
-    mfu_ax = ax.secondary_yaxis("right", functions=(lambda y: y * mfu_per_token, lambda m: m / mfu_per_token))
-    mfu_ax.set_ylabel("MFU (%)")
+    # MFU is tokens/s per GPU times a constant (the model's FLOPs per token over the GPU's peak); no MFU scale
+    # where it is unknown (a GPU profile without a 16-bit peak: NaN) or the rate is zero
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = df["mfu"].to_numpy(dtype=float) / per_gpu
+    ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
+    if ratios.size:
+        mfu_per_token = float(np.median(ratios)) * 100.0
+        mfu_ax = ax.secondary_yaxis("right", functions=(lambda y: y * mfu_per_token, lambda m: m / mfu_per_token))
+        mfu_ax.set_ylabel("MFU (%)")
     ax.set_title("Scaling with the GPU count (fastest configuration at each count; label: layout, whole-job "
                  "throughput)", loc="left", fontsize=10)
     fig.legend(loc="outside lower center", ncol=4, fontsize=8, frameon=False)

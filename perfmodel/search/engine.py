@@ -72,13 +72,16 @@ class Evaluated:
         if np.isnan(self.least_memory_gib) and mem is not None and mem.size:
             self.least_memory_gib = float(mem.min())
 
-    def pruned_to_best(self, k: int) -> "Evaluated":
-        """The same count with only its ``k`` best fitting rows (most tokens/s per GPU, then least memory:
-        within one GPU count every objective ranks so, ``best_first``), its counts kept."""
+    def pruned_to_best(self, k: int, score: np.ndarray) -> "Evaluated":
+        """The same count with only the fitting rows that can still rank, its counts kept: the ``k`` first by
+        ``best_first``'s key (``score`` of the fitting rows, in their order; then offload, memory) and the
+        fastest by ``df_all_best``'s (tokens/s per GPU, offload, memory), the scaling curve's and Pareto
+        front's point (the same row but where two scores round alike)."""
         fit = np.flatnonzero(self.metrics["fits"])
-        order = np.lexsort((self.metrics["memory_gib"][fit], self.configs["offload_fraction"][fit],
-                            -self.metrics["tokens_per_s_per_gpu"][fit]))
-        rows = fit[order[:k]]
+        mem, off = self.metrics["memory_gib"][fit], self.configs["offload_fraction"][fit]
+        by_score = np.lexsort((mem, off, score))[:k]
+        fastest = np.lexsort((mem, off, -self.metrics["tokens_per_s_per_gpu"][fit]))[:1]
+        rows = fit[np.unique(np.concatenate([by_score, fastest]))]
         return Evaluated(self.n_gpus, {key: v[rows] for key, v in self.configs.items()},
                          {key: v[rows] for key, v in self.metrics.items()}, self.template, self.rejected,
                          self.n_valid, self.least_memory_gib)
@@ -279,20 +282,24 @@ def _keep_best_whole(evaluated: list[Evaluated], best_at: tuple[int, tuple] | No
     """After ``evaluated[-1]`` was added: the count holding the best row so far (``best_first``'s key: score, offload,
     memory, GPUs) stays whole (``explain`` reads its other configurations), every other count is pruned to
     its ``k`` best rows. Returns the new (index, key)."""
+    def scores(e: Evaluated) -> np.ndarray:  # of its fitting rows, in their order
+        fit = np.flatnonzero(e.metrics["fits"])
+        m = {name: e.metrics[name][fit] for name in METRICS}
+        return _score(m, np.full(fit.size, float(e.n_gpus)), job, objective, train_tokens, usd_per_gpu_hour)["score"]
+
     i, ev = len(evaluated) - 1, evaluated[-1]
-    fit = np.flatnonzero(ev.metrics["fits"])
+    score, fit = scores(ev), np.flatnonzero(ev.metrics["fits"])
     key = None
-    if fit.size:
-        m = {name: ev.metrics[name][fit] for name in METRICS}
-        score = _score(m, np.full(fit.size, float(ev.n_gpus)), job, objective, train_tokens, usd_per_gpu_hour)
-        off = ev.configs["offload_fraction"][fit]
-        j = int(np.lexsort((m["memory_gib"], off, score["score"]))[0])
-        key = (float(score["score"][j]), float(off[j]), float(m["memory_gib"][j]), ev.n_gpus)
+    if np.isfinite(score).any():  # (a row whose score is NaN ranks last in best_first: no key of its own)
+        off, mem = ev.configs["offload_fraction"][fit], ev.metrics["memory_gib"][fit]
+        j = int(np.lexsort((mem, off, score))[0])
+        key = (float(score[j]), float(off[j]), float(mem[j]), ev.n_gpus)
     if key is not None and (best_at is None or key < best_at[1]):
         if best_at is not None:
-            evaluated[best_at[0]] = evaluated[best_at[0]].pruned_to_best(k)
+            old = evaluated[best_at[0]]
+            evaluated[best_at[0]] = old.pruned_to_best(k, scores(old))
         return i, key
-    evaluated[i] = ev.pruned_to_best(k)
+    evaluated[i] = ev.pruned_to_best(k, score)
     return best_at
 
 

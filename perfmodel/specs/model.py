@@ -47,8 +47,8 @@ class ModelSpec(BaseModel):
         "in forward instead of two (GPT-NeoX ParallelTransformerLayer: parallel_output branches, one "
         "reduce_from_model_parallel_region).")
     qkv_bias: bool = Field(
-        default=False, description="Biases on the query/key/value projections only (Qwen2; a Hugging Face config's "
-        "attention_bias): h + 2 kv_w parameters a layer, not costed; Megatron-LM's --add-qkv-bias.")
+        default=False, description="Biases on the query/key/value projections only (Qwen2): h + 2 kv_w parameters "
+        "a layer, not costed; Megatron-LM's --add-qkv-bias.")
     source: str | None = Field(default=None, description="Where the dimensions come from.")
     notes: tuple[str, ...] = Field(
         default=(), description="What the model's source states that the cost model does not represent (e.g. a "

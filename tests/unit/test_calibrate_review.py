@@ -368,3 +368,12 @@ def test_a_table_of_unknown_op_is_refused_at_its_line(tmp_path, monkeypatch, cap
     code, err, prof = calibrate(monkeypatch, capsys, tmp_path, "--nccl-tests", str(f))
     assert code == 2 and prof is None and err.count("error:") == 1
     assert f"{f}:3: nccl-tests: the table's op and rank count must be known" in err
+
+
+@pytest.mark.parametrize("cell", ["cuda:0", "cuda", "0", "NVIDIA Graphics Device"])
+def test_a_device_cell_naming_no_model_is_not_checked(cell):
+    """A GEMM CSV's device column often holds a PyTorch device ('cuda:0') or an index: the stricter check
+    refused them as 'a GPU of none of the catalog's families'."""
+    from perfmodel.calibrate.gpu_family import check_device_matches
+
+    check_device_matches("h100-sxm5-80gb", cell, "g.csv:2")

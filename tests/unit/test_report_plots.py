@@ -153,3 +153,15 @@ def test_heatmap_tells_no_fit_from_no_layout():
     heat.attrs["valid"] = [(1, 1), (1, 8), (2, 1)]  # (pp, tp) with a structurally valid configuration
     texts = {t.get_text() for t in heatmap_figure(heat).axes[0].texts}
     assert texts == {"900", "no fit", "-"}
+
+
+def test_scaling_plot_without_an_mfu_draws_no_mfu_scale():
+    """A NaN MFU (a GPU profile without a 16-bit peak) or a zero rate made the MFU scale's limits NaN and the
+    plot raise."""
+    import pandas as pd
+
+    s = pd.DataFrame({"n_gpus": [8, 16], "tp": [1, 1], "pp": [1, 1], "dp": [8, 16], "cp": [1, 1],
+                      "tokens_per_s": [0.0, 16000.0], "tokens_per_s_per_gpu": [0.0, 1000.0], "mfu": [np.nan, np.nan],
+                      "status": ["ok", "ok"]})
+    fig = scaling_figure(s, 8)
+    assert png_bytes(fig).startswith(PNG_SIGNATURE) and not fig.axes[0].child_axes

@@ -103,8 +103,9 @@ def test_report_with_runs_adds_predicted_vs_measured(tmp_path):
     assert "runs &amp; &lt;odd&gt; name.csv" in page and "<odd>" not in page
     # the pooled MAPE (large sources weigh most) and the average of the sources' MAPEs are both named
     assert "over the runs pooled" in page and "averaged over" in page
-    # how many candidates there were, beside how many were valid (the rejection counts are of the first)
-    assert "candidate configurations (every combination of the search axes)" in page
+    # how many candidates a rule rejected before costing, beside how many were costed (the rejection counts
+    # are of both)
+    assert "other candidates were rejected by a rule before costing" in page
 
 
 def test_model_name_is_escaped(tmp_path):

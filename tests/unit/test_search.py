@@ -353,3 +353,26 @@ def test_a_price_without_tokens_is_refused():
     res = CliRunner().invoke(app, ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64",
                                    "--global-batch", "256", "--seq-len", "8192", "--usd-per-gpu-hour", "2"])
     assert res.exit_code == 2 and res.stderr.count("error:") == 1 and "usd_per_gpu_hour: needs --train-tokens" in res.stderr
+
+
+def test_a_count_of_nan_scores_does_not_keep_the_winner_from_being_whole():
+    """A count whose fitting rows all score NaN took the 'best so far' slot (any key compares False against a
+    NaN one), so the count holding the real winner was pruned and explain read a pruned count."""
+    import importlib
+
+    engine = importlib.import_module("perfmodel.search.engine")
+
+    def ev(n, tps):
+        tps = np.asarray(tps, dtype=float)
+        size = tps.size
+        return engine.Evaluated(n, {"offload_fraction": np.zeros(size), "tp": np.ones(size)},
+                                {"tokens_per_s_per_gpu": tps, "memory_gib": np.full(size, 10.0),
+                                 "iteration_time_s": np.ones(size), "mfu": np.full(size, 0.4),
+                                 "fits": np.ones(size, dtype=bool)}, {})
+
+    job = pm.JobSpec(global_batch=64, seq_len=2048)
+    evaluated = [ev(8, [np.nan, np.nan])]
+    best = engine._keep_best_whole(evaluated, None, 1, job, "throughput", None, None)
+    evaluated.append(ev(16, [100.0, 90.0, 80.0]))
+    best = engine._keep_best_whole(evaluated, best, 1, job, "throughput", None, None)
+    assert best[0] == 1 and evaluated[1].configs["tp"].size == 3 and evaluated[0].n_valid == 2

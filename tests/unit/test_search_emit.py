@@ -451,8 +451,13 @@ def test_a_qwen2_config_emits_its_qkv_biases(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(_json.dumps(cfg))
     qwen = pm.load_model(str(path))
-    assert qwen.qkv_bias and any("biases are not costed" in n for n in qwen.notes)
+    assert qwen.qkv_bias and any("projections' biases are not costed" in n for n in qwen.notes)
     flags = megatron_flags(qwen, _job(), dict(ROWS[2]))
     assert "--disable-bias-linear" in flags and "--add-qkv-bias" in flags
     path.write_text(_json.dumps({**cfg, "model_type": "llama"}))
     assert not pm.load_model(str(path)).qkv_bias
+    # a Llama-style attention_bias also biases the output projection, which Megatron cannot state alone: said
+    path.write_text(_json.dumps({**cfg, "model_type": "llama", "attention_bias": True}))
+    llama_bias = pm.load_model(str(path))
+    assert not llama_bias.qkv_bias and any("emitted flags drop them" in n for n in llama_bias.notes)
+    assert "--add-qkv-bias" not in megatron_flags(llama_bias, _job(), dict(ROWS[2]))

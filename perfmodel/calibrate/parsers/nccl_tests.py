@@ -318,8 +318,8 @@ def _drop_wrong(rows: pd.DataFrame, lines: np.ndarray, where: str) -> tuple[pd.D
 
 
 #: the types a mixed table (``-d all``) is read at, best first: a training step's reductions run in one of
-#: them, and nccl-tests' integer and fp8 types reduce at other rates (a public 16-H200 all_reduce table:
-#: int8 390, bfloat16 484 GB/s busbw)
+#: them, and nccl-tests' integer and fp8 types reduce at other rates (a public Spectrum-X-on-OpenShift guide's
+#: ``all_reduce_perf -d all`` on two Dell XE9680 H200 nodes, nccl-tests 2.18.3: int8 390, bfloat16 484 GB/s busbw)
 _TRAINING_DTYPES = (("bfloat16", "bf16"), ("half", "float16", "fp16"), ("float", "float32"))
 
 
