@@ -1,9 +1,13 @@
 """Time ``perfmodel recommend`` end to end (subprocess wall time) and the search inside it.
 
-    python benchmarks/bench_search.py [--repeat 3]
+    python benchmarks/bench_search.py [--repeat 3] [--range-counts 125]
 
 Targets: >= 1,000,000 configurations per second inside the search (n_evaluated / search_time_s)
 and < 3 s wall time for the whole command, on the GPT-3 175B / 1024 x A100 job below.
+``--range-counts N`` also times a ``--gpus-range`` search over N GPU counts (512, 640, ... in steps of 128:
+GPT-3 175B under Megatron-Kwai, global batch 40,320, 4K tokens; 125 counts hold 34.4 M configurations)
+and reports its peak memory (the child's maximum resident set size), which the search keeps bounded by
+keeping of each count only the rows that can still rank.
 """
 from __future__ import annotations
 
@@ -28,9 +32,30 @@ def run_once() -> tuple[float, dict]:
     return time.perf_counter() - t0, json.loads(proc.stdout)
 
 
+def run_range(n_counts: int) -> None:
+    """Wall time, configurations and the child's peak RSS of a long --gpus-range search."""
+    import resource
+
+    counts = ",".join(str(512 + 128 * i) for i in range(n_counts))
+    cmd = ["recommend", "--model", "gpt3-175b", "--gpu", "h800-sxm5-80gb", "--framework", "megatron-kwai",
+           "--global-batch", "40320", "--seq-len", "4096", "--gpus-range", counts, "--json"]
+    exe = shutil.which("perfmodel")
+    argv = [exe, *cmd] if exe else [sys.executable, "-m", "perfmodel.cli", *cmd]
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t0
+    out = json.loads(proc.stdout)
+    rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+    print(f"--gpus-range over {n_counts} counts (512..{512 + 128 * (n_counts - 1)}): wall {wall:.1f} s, "
+          f"{out['n_evaluated']:,} configurations ({out['n_evaluated'] / out['search_time_s']:,.0f}/s), "
+          f"peak RSS of the largest child so far {rss_gib:.2f} GiB, stderr {len(proc.stderr)} bytes")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--range-counts", type=int, default=0, help="also time a --gpus-range search over this many "
+                    "GPU counts and report its peak memory")
     args = ap.parse_args()
     rows = [run_once() for _ in range(args.repeat)]
     print(f"perfmodel {' '.join(CMD)}")
@@ -47,6 +72,8 @@ def main() -> int:
     top = rows[0][1]["top"][0]
     print("winner:", {k: top[k] for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "sp", "zero_stage",
                                           "recompute", "tokens_per_s_per_gpu", "mfu", "memory_gib")})
+    if args.range_counts:
+        run_range(args.range_counts)
     return 0
 
 
