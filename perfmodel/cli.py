@@ -142,6 +142,7 @@ def estimate(
     from perfmodel.specs import ParallelSpec
 
     hpz_size = None
+    ds_notes: list[str] = []  # what the DeepSpeed config states that is skipped or filled in
     try:
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive integer (got {gpus})")
@@ -161,12 +162,36 @@ def estimate(
                 raise InputError("framework", f"{framework} does not train through DeepSpeed's engine, which reads "
                                  f"--deepspeed-config; give one that does ({', '.join(sorted(ZEROPP_STACKS))})")
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
+            ds_notes += ds.notes
+            if precision in ds.disabled:
+                raise InputError("precision", f"--precision {precision} contradicts deepspeed_config.{precision}"
+                                 ".enabled (false); give one or the other")
+            if precision is None and ds.precision_auto:
+                raise InputError("deepspeed_config.bf16", "\"enabled\": \"auto\" is filled by the Hugging Face "
+                                 "Trainer from its own arguments: give --precision")
+            if precision is None and ds.disabled == {"bf16", "fp16"}:
+                raise InputError("deepspeed_config.bf16", "the config turns both bf16 and fp16 off, so DeepSpeed "
+                                 "trains in fp32, which is not costed")
+            if ds.fp32:  # no block enables a 16-bit type (a snippet, like the ZeRO++ tutorial's): said, not hidden
+                ds_notes.append("deepspeed_config enables neither bf16 nor fp16 (DeepSpeed alone would train in "
+                                "fp32): costed in " + (f"{precision}, as --precision says" if precision else
+                                "the GPU's default 16-bit type (bf16; fp16 on a V100); give --precision or enable "
+                                "one in the config"))
+            if not given_on_command_line(ctx, "recompute"):
+                ds_notes.append("the recompute mode is the model code's (deepspeed.checkpointing.checkpoint around "
+                                "its layers), not a DeepSpeed config setting: costed without recompute; give "
+                                "--recompute full or selective as the code checkpoints"
+                                + (" (the activation_checkpointing block only tunes it)"
+                                   if ds.activation_checkpointing else ""))
             if ds.autotp_size is not None:
                 if given_on_command_line(ctx, "tp") and tp != ds.autotp_size:
                     raise InputError("tp", f"--tp {tp} contradicts deepspeed_config.tensor_parallel.autotp_size "
                                      f"({ds.autotp_size}); give one or the other")
                 tp = ds.autotp_size
                 sp = sp if given_on_command_line(ctx, "sp") else False  # AutoTP shards the layers, not the sequence
+                if gpus % tp:
+                    raise InputError("deepspeed_config.tensor_parallel.autotp_size", f"must divide the GPU count "
+                                     f"(autotp_size={tp}, gpus={gpus})")
             if ds.sequence_parallel_size is not None:  # DeepSpeed-Ulysses over that many ranks
                 if given_on_command_line(ctx, "cp") and cp != ds.sequence_parallel_size:
                     raise InputError("cp", f"--cp {cp} contradicts deepspeed_config.sequence_parallel_size "
@@ -175,6 +200,9 @@ def estimate(
                     raise InputError("cp_kind", f"--cp-kind {cp_kind} contradicts deepspeed_config."
                                      "sequence_parallel_size (DeepSpeed-Ulysses); give one or the other")
                 cp, cp_kind = ds.sequence_parallel_size, "ulysses"
+                if gpus % (tp * cp):
+                    raise InputError("deepspeed_config.sequence_parallel_size", f"times the tensor-parallel size must "
+                                     f"divide the GPU count (sequence_parallel_size={cp}, tp={tp}, gpus={gpus})")
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
@@ -195,6 +223,8 @@ def estimate(
                         f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
+            if framework.lower() == "deepspeed" and not given_on_command_line(ctx, "sp"):
+                sp = False  # DeepSpeed's AutoTP shards the layers, not the sequence
         if sp and tp == 1 and given_on_command_line(ctx, "sp"):
             raise InputError("sp", "sequence parallelism splits the sequence over the tensor-parallel ranks: "
                              "it needs --tp > 1 (got --sp with tp 1)")
@@ -216,12 +246,25 @@ def estimate(
             )
         except ValidationError as exc:
             raise from_validation_error(exc) from None
+        if deepspeed_config is not None:
+            # a DeepSpeed config describes a run its engine must start: what the stack cannot run is a
+            # contradiction here, not the what-if estimate costs it as otherwise
+            from perfmodel.notes import capability_notes
+
+            cannot = capability_notes(spec, cluster, par, job)
+            if cannot:
+                raise InputError("deepspeed_config", cannot[0].replace("; it is costed as a what-if", "") +
+                                 ", and a DeepSpeed config describes a run its engine must start")
         cal = load_calibration(calibration)
         est = run_estimate(spec, cluster, par, job, cal, hpz_partition_size=hpz_size)
     except (InputError, ValidationError) as exc:
         fail(exc)
     if json_out:
-        typer.echo(json.dumps(est.to_dict(), indent=2))
+        out = est.to_dict()
+        out["notes"] = [*out.get("notes", []), *ds_notes]
+        if hpz_size is not None:
+            out.setdefault("config", {})["zero_hpz_partition_size"] = hpz_size
+        typer.echo(json.dumps(out, indent=2))
         return
     typer.echo(
         f"{spec.name} on {gpus} x {cluster.gpu.name}: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
@@ -243,7 +286,7 @@ def estimate(
     typer.echo(_fmt_table([(k.removesuffix("_s"), f"{v:.4f}") for k, v in est.time_breakdown_s.items()]))
     typer.echo("memory breakdown (GiB):")
     typer.echo(_fmt_table([(k.removesuffix("_gib"), f"{v:.2f}") for k, v in est.memory_breakdown_gib.items()]))
-    for note in est.notes:
+    for note in (*est.notes, *ds_notes):
         typer.echo(f"note: {note}")
 
 

@@ -12,9 +12,13 @@ and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306
 - ``sequence_parallel_size`` (DeepSpeed-Ulysses without an mpu: the context-parallel size, by which
   DeepSpeed divides the world for the data-parallel size of its batch check, runtime/config.py).
 
-Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, bucket sizes,
-logging ...) are listed in ``IGNORED_*`` and skipped. Anything else is an error, as is a
-contradiction (bf16 and fp16 both on; ZeRO++ without stage 3; a batch that does not add up).
+Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, logging ...) are
+listed in ``IGNORED_*`` and skipped; those that would change it but are not modelled (prefetch and bucket
+sizes, activation-checkpointing options, curriculum learning ...) are skipped with a note naming them
+(``NOT_MODELLED``). Anything else is an error, as is a contradiction (bf16 and fp16 both on; ZeRO++ without
+stage 3; a batch that does not add up) and what the model does not cost (CPU/NVMe offload, Apex AMP, an
+fp32 run). The Hugging Face Trainer's ``"auto"`` (filled from its own arguments) is taken as not given: the
+batch keys then come from the command line, bf16/fp16 from ``--precision``, said in a note.
 Every error is an ``InputError`` naming the key, so the CLI prints one ``error: field: rule`` line.
 """
 from __future__ import annotations
@@ -29,7 +33,9 @@ from perfmodel.structured_text import load_json
 PREFIX = "deepspeed_config"
 
 USED_TOP = {"zero_optimization", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-            "train_batch_size", "bf16", "fp16", "tensor_parallel", "sequence_parallel_size"}
+            "train_batch_size", "bf16", "fp16", "tensor_parallel", "sequence_parallel_size",
+            "bfloat16",  # bf16's older name, which DeepSpeed still reads (runtime/config.py get_bfloat16_config)
+            "amp"}  # Apex AMP: refused when enabled
 #: AutoTP training (DeepSpeed >= 0.16.4, deepspeed.ai/tutorials/autotp-training): "tensor_parallel":
 #: {"autotp_size": N} shards the linear layers over N ranks; it composes with ZeRO stage 0, 1 or 2
 USED_TP = {"autotp_size"}
@@ -40,7 +46,9 @@ IGNORED_TP = {"tp_overlap_comm", "partition_config", "preset_model", "dtype", "k
 IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
                "prescale_gradients", "gradient_predivide_factor", "zero_allow_untested_optimizer",
                "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
-               "comms_logger", "dump_state", "communication_data_type", "seed", "memory_breakdown"}
+               "comms_logger", "dump_state", "communication_data_type", "seed", "memory_breakdown",
+               "aio", "data_types", "curriculum_learning", "seq_parallel_communication_data_type",
+               "data_efficiency", "compression_training", "autotuning", "elasticity", "checkpoint"}
 USED_ZERO = {"stage", "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"}
 IGNORED_ZERO = {"reduce_bucket_size", "reduce_scatter", "contiguous_gradients", "overlap_comm",
                 "allgather_bucket_size", "allgather_partitions", "round_robin_gradients",
@@ -49,7 +57,19 @@ IGNORED_ZERO = {"reduce_bucket_size", "reduce_scatter", "contiguous_gradients", 
                 "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "load_from_fp32_weights",
                 "ignore_unused_parameters", "memory_efficient_linear", "elastic_checkpoint"}
 PRECISION_KEYS = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-                  "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update"}
+                  "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update",
+                  "fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states"}
+#: keys that would change the step or its memory but are not modelled: skipped, and named in a note
+NOT_MODELLED = {"activation_checkpointing", "data_types", "curriculum_learning", "data_efficiency",
+                "seq_parallel_communication_data_type", "compression_training", "stage3_prefetch_bucket_size",
+                "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                "reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
+                "memory_efficient_linear", "fp16_master_weights_and_grads", "bf16_master_weights_and_grads",
+                "bf16_optimizer_states"}
+#: the optimizer / parameter offload of ZeRO (and ZeRO-Offload's older keys): not modelled unless off
+OFFLOAD_ZERO = {"offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory"}
+#: the Hugging Face Trainer's placeholder, filled from its own arguments before DeepSpeed reads the config
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -68,6 +88,16 @@ class DeepSpeedSettings:
     communication_data_type: str | None = None
     #: sequence_parallel_size above 1: DeepSpeed-Ulysses over that many ranks (None: not given, or 1)
     sequence_parallel_size: int | None = None
+    #: the config turns both 16-bit modes off, or states neither: DeepSpeed would train in fp32
+    fp32: bool = False
+    #: the 16-bit types the config turns off explicitly ("enabled": false)
+    disabled: frozenset[str] = frozenset()
+    #: bf16 / fp16 "enabled": "auto" (the Hugging Face Trainer's): the 16-bit type comes from --precision
+    precision_auto: bool = False
+    #: what the config states that the model skips or fills in, one line each (printed as notes)
+    notes: tuple[str, ...] = ()
+    #: an activation_checkpointing block is given (it tunes the checkpointing the model code does)
+    activation_checkpointing: bool = False
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
         """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
@@ -90,14 +120,23 @@ class DeepSpeedSettings:
             raise InputError(f"{PREFIX}.gradient_accumulation_steps",
                              "needs train_batch_size or train_micro_batch_size_per_gpu beside it (DeepSpeed: "
                              "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided')")
+        # a key DeepSpeed derives by integer division must come out whole: else the batch cannot add up
         if tb is not None and mb is not None and ga is None:
+            if tb % (mb * dp):
+                raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of "
+                                 f"train_micro_batch_size_per_gpu {mb} x dp {dp}")
             ga = tb // mb // dp
         elif tb is not None and ga is not None and mb is None:
+            if tb % (ga * dp):
+                raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of "
+                                 f"gradient_accumulation_steps {ga} x dp {dp}")
             mb = tb // dp // ga
         elif tb is None:
             ga = ga or 1
             tb = mb * ga * dp
         elif mb is None:  # train_batch_size alone
+            if tb % dp:
+                raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of dp {dp}")
             ga, mb = 1, tb // dp
         if mb <= 0 or ga <= 0 or tb != mb * ga * dp:
             key = "train_batch_size" if self.train_batch_size is not None else "gradient_accumulation_steps"
@@ -122,7 +161,7 @@ def _flag(zero: dict, key: str) -> bool:
 
 
 def _pos_int(d: dict, key: str, path: str) -> int | None:
-    if key not in d:
+    if key not in d or d[key] == AUTO:  # the HF Trainer's "auto": not given here (filled from the command line)
         return None
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -136,7 +175,8 @@ def _unknown(d: dict, allowed: set[str], path: str) -> None:
         raise InputError(f"{path}.{bad[0]}", "unknown key (not a DeepSpeed setting perfmodel reads or skips)")
 
 
-def _enabled(d: dict, key: str) -> bool:
+def _enabled(d: dict, key: str) -> bool | None:
+    """True / False as the block says (False where it is absent); None for "auto"."""
     sub = d.get(key)
     if sub is None:
         return False
@@ -144,8 +184,10 @@ def _enabled(d: dict, key: str) -> bool:
         raise InputError(f"{PREFIX}.{key}", f"must be an object like {{\"enabled\": true}} (got {sub!r})")
     _unknown(sub, PRECISION_KEYS, f"{PREFIX}.{key}")
     v = sub.get("enabled", False)
-    if v == "auto" or not isinstance(v, bool):
-        raise InputError(f"{PREFIX}.{key}.enabled", f"must be true or false (got {v!r})")
+    if v == AUTO:
+        return None
+    if not isinstance(v, bool):
+        raise InputError(f"{PREFIX}.{key}.enabled", f"must be true, false or \"auto\" (got {v!r})")
     return v
 
 
@@ -157,7 +199,26 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     zero = data.get("zero_optimization", {})
     if not isinstance(zero, dict):
         raise InputError(f"{PREFIX}.zero_optimization", "must be an object")
-    _unknown(zero, USED_ZERO | IGNORED_ZERO, f"{PREFIX}.zero_optimization")
+    _unknown(zero, USED_ZERO | IGNORED_ZERO | OFFLOAD_ZERO, f"{PREFIX}.zero_optimization")
+    for key in sorted(OFFLOAD_ZERO & set(zero)):
+        v = zero[key]
+        off = v in (False, None) or (isinstance(v, dict) and str(v.get("device", "none")).lower() in ("none", ""))
+        if key == "cpu_offload_use_pin_memory" or off:
+            continue
+        raise InputError(f"{PREFIX}.zero_optimization.{key}", "offloading the optimizer or the parameters to CPU "
+                         "or NVMe is not modelled (only activation offloading is); leave it out or set its device "
+                         "to \"none\"")
+    amp = data.get("amp")
+    if amp is not None and (not isinstance(amp, dict) or amp.get("enabled", False) is not False):
+        raise InputError(f"{PREFIX}.amp", "Apex AMP is not modelled: enable bf16 or fp16 instead")
+    notes = []
+    skipped = sorted((NOT_MODELLED & set(data)) | (NOT_MODELLED & set(zero))
+                     | {k for b in ("fp16", "bf16", "bfloat16") if isinstance(data.get(b), dict)
+                        for k in NOT_MODELLED & set(data[b]) if data[b][k] not in (False, None)})
+    if skipped:
+        notes.append(f"{PREFIX}: read but not costed (the model has no term for them): {', '.join(skipped)}")
+    autos = sorted(k for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+                   if data.get(k) == AUTO)
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"must be 0, 1, 2 or 3 (got {stage!r})")
@@ -185,16 +246,31 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     if autotp is not None and stage == 3:
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"AutoTP (tensor_parallel.autotp_size {autotp}) "
                          "composes with ZeRO stage 0, 1 or 2, not 3")
-    bf16, fp16 = _enabled(data, "bf16"), _enabled(data, "fp16")
+    if "bf16" in data and "bfloat16" in data:
+        raise InputError(f"{PREFIX}.bfloat16", "is bf16's older name: give one of bf16 and bfloat16")
+    bf16 = _enabled(data, "bf16" if "bf16" in data else "bfloat16")
+    fp16 = _enabled(data, "fp16")
     if bf16 and fp16:
         raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
+    precision_auto = bf16 is None or fp16 is None
+    # the types whose block the config states (an absent block is off too, but says nothing)
+    stated = {t for t, k in (("bf16", "bf16" if "bf16" in data else "bfloat16"), ("fp16", "fp16"))
+              if isinstance(data.get(k), dict) and "enabled" in data[k]}
+    autos += [f"{k}.enabled" for k, v in (("bf16", bf16), ("fp16", fp16)) if v is None]
+    if autos:
+        notes.append(f"{PREFIX}: \"auto\" ({', '.join(autos)}) is the Hugging Face Trainer's, filled from its own "
+                     "arguments: taken from the command line (--global-batch, --micro-batch, --precision)")
     precision = "bf16" if bf16 else "fp16" if fp16 else None
+    fp32 = precision is None and not precision_auto
     # keys that change the step but are not modelled are refused, not skipped: the gradients are reduced in
     # the 16-bit training type (DeepSpeed's default communication_data_type) and, under ZeRO-1/2, by
     # reduce-scatter (DeepSpeed's reduce_scatter: true; the engine hands the key to the stage 1/2 optimizer
     # only, so stage 3 -- whose ZeRO++ tutorial config sets it false -- reduce-scatters either way)
     comm = data.get("communication_data_type")
-    if comm is not None and comm != precision and comm not in ("fp16", "bf16") or comm == "auto":
+    if comm is not None and comm not in ("fp16", "bf16", "fp32"):
+        raise InputError(f"{PREFIX}.communication_data_type", f"must be fp16, bf16 or fp32, DeepSpeed's values "
+                         f"(got {comm!r})")
+    if comm == "fp32":
         raise InputError(f"{PREFIX}.communication_data_type", f"{comm!r} gradient reduction is not modelled "
                          "(gradients are reduced in the 16-bit training type); leave the key out or give it "
                          "that type")
@@ -223,6 +299,11 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         autotp_size=autotp,
         communication_data_type=comm,
         sequence_parallel_size=ulysses if ulysses is not None and ulysses > 1 else None,
+        fp32=fp32,
+        disabled=frozenset(t for t, v in (("bf16", bf16), ("fp16", fp16)) if v is False and t in stated),
+        precision_auto=precision_auto,
+        notes=tuple(notes),
+        activation_checkpointing="activation_checkpointing" in data,
     )
 
 
@@ -256,7 +337,14 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     """Read and validate a DeepSpeed config JSON file."""
     p = Path(path)
     text = read_text_file(p, PREFIX)
-    return parse_deepspeed_config(load_json(text, PREFIX, str(p)))
+    try:
+        data = load_json(text, PREFIX, str(p))
+    except InputError as exc:
+        if exc.rule.startswith("not valid JSON"):  # DeepSpeed itself reads hjson (runtime/config.py hjson.load)
+            raise InputError(PREFIX, f"{exc.rule}; DeepSpeed also reads hjson (comments, trailing commas), "
+                             "which perfmodel does not: remove them", exc.where) from None
+        raise
+    return parse_deepspeed_config(data)
 
 
 def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int, tp: int = 1) -> None:

@@ -380,11 +380,18 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")
     if target == "deepspeed":
-        layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1 and not (k == "tp" and autotp(job, c))]
+        # what the JSON states (AutoTP's tp, Ulysses' sequence_parallel_size) is not "layout" to build in code
+        stated = {"tp": autotp(job, c), "cp": deepspeed_alone(job) and c["cp_kind"] == "ulysses"}
+        layout = [f"{k}={c[k]}" for k in ("tp", "pp", "cp", "vpp") if c[k] > 1 and not stated.get(k)]
         if layout and deepspeed_alone(job):
+            builds = [text for k, text in (("pp", "PipelineModule(num_stages=pp)"), ("cp", "DeepSpeed-Ulysses "
+                      "DistributedAttention over cp ranks"), ("tp", "the tensor-parallel layers"),
+                      ("vpp", "the interleaved stages")) if any(x.startswith(f"{k}=") for x in layout)]
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
-                         "(PipelineModule(num_stages=pp), DeepSpeed-Ulysses DistributedAttention over cp ranks); "
-                         f"train_batch_size assumes its data-parallel size is dp={c['dp']}")
+                         f"({', '.join(builds)}); train_batch_size assumes its data-parallel size is dp={c['dp']}")
+        if deepspeed_alone(job) and stated["cp"] and c["cp"] > 1:
+            notes.append(f"sequence_parallel_size={c['cp']} tells DeepSpeed the Ulysses group (for its batch check); "
+                         "the model code wraps its attention in DeepSpeed-Ulysses' DistributedAttention")
         elif layout and megatron_deepspeed(job):
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "
@@ -408,7 +415,12 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "attn_implementation='flash_attention_2'), not a DeepSpeed config setting")
         if c["recompute"] in ("selective", "balanced"):
             notes.append(f"{c['recompute']} recompute is chosen in the model code (Megatron-DeepSpeed "
-                         "--recompute-granularity selective), not in this JSON")
+                         "--recompute-granularity selective), not in this JSON; estimate --deepspeed-config reads "
+                         f"it back with --recompute {'selective' if c['recompute'] == 'balanced' else c['recompute']}")
+        elif c["recompute"] == "full":
+            notes.append("full recompute is the model code's (each layer wrapped in deepspeed.checkpointing.checkpoint;"
+                         " Megatron-DeepSpeed --checkpoint-activations): the activation_checkpointing block only "
+                         "tunes it; estimate --deepspeed-config reads it back with --recompute full")
     if target == "deepspeed" and other_stack and not any("costed for" in n for n in notes):
         notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as deepspeed's own "
                      "engine would: search with --framework deepspeed to cost it there")
