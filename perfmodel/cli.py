@@ -167,11 +167,16 @@ def estimate(
                 raise InputError("precision", f"--precision {precision} contradicts deepspeed_config.{precision}"
                                  ".enabled (false); give one or the other")
             if precision is None and ds.precision_auto:
-                raise InputError("deepspeed_config.bf16", "\"enabled\": \"auto\" is filled by the Hugging Face "
+                raise InputError(f"deepspeed_config.{ds.precision_auto}", "\"auto\" is filled by the Hugging Face "
                                  "Trainer from its own arguments: give --precision")
-            if precision is None and ds.disabled == {"bf16", "fp16"}:
-                raise InputError("deepspeed_config.bf16", "the config turns both bf16 and fp16 off, so DeepSpeed "
-                                 "trains in fp32, which is not costed")
+            # a config that turns a 16-bit type off and enables none trains in fp32 (DeepSpeed's default): not
+            # costed, unless --precision names the other 16-bit type (the run's, which the config left out)
+            if ds.fp32 and ds.disabled and precision not in {"bf16", "fp16"} - ds.disabled:
+                off = " and ".join(sorted(ds.disabled))
+                raise InputError(f"deepspeed_config.{sorted(ds.disabled)[0]}.enabled", f"the config turns {off} off "
+                                 "and enables no 16-bit type, so DeepSpeed trains in fp32, which is not costed"
+                                 + ("" if len(ds.disabled) == 2 else
+                                    f" (give --precision {({'bf16', 'fp16'} - ds.disabled).pop()} if the run uses it)"))
             if ds.fp32:  # no block enables a 16-bit type (a snippet, like the ZeRO++ tutorial's): said, not hidden
                 ds_notes.append("deepspeed_config enables neither bf16 nor fp16 (DeepSpeed alone would train in "
                                 "fp32): costed in " + (f"{precision}, as --precision says" if precision else
@@ -207,6 +212,7 @@ def estimate(
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
+            ds = ds.filled(global_batch, micro_batch)  # the Trainer's "auto" batch keys, from the command line
             resolved = ds.batch(dp_ds)
             if resolved is not None:
                 implied, resolved_micro, _ = resolved
@@ -223,8 +229,8 @@ def estimate(
                         f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
-            if framework.lower() == "deepspeed" and not given_on_command_line(ctx, "sp"):
-                sp = False  # DeepSpeed's AutoTP shards the layers, not the sequence
+            if not given_on_command_line(ctx, "sp") and (framework.lower() == "deepspeed" or cp_kind == "ulysses"):
+                sp = False  # DeepSpeed's AutoTP shards the layers, not the sequence; Ulysses excludes Megatron's SP
         if sp and tp == 1 and given_on_command_line(ctx, "sp"):
             raise InputError("sp", "sequence parallelism splits the sequence over the tensor-parallel ranks: "
                              "it needs --tp > 1 (got --sp with tp 1)")

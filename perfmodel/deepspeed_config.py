@@ -60,7 +60,8 @@ PRECISION_KEYS = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_wi
                   "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update",
                   "fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states"}
 #: keys that would change the step or its memory but are not modelled: skipped, and named in a note
-NOT_MODELLED = {"activation_checkpointing", "data_types", "curriculum_learning", "data_efficiency",
+#: (activation_checkpointing is said by the recompute note instead: it tunes the model code's checkpointing)
+NOT_MODELLED = {"data_types", "curriculum_learning", "data_efficiency",
                 "seq_parallel_communication_data_type", "compression_training", "stage3_prefetch_bucket_size",
                 "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
                 "reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
@@ -92,12 +93,30 @@ class DeepSpeedSettings:
     fp32: bool = False
     #: the 16-bit types the config turns off explicitly ("enabled": false)
     disabled: frozenset[str] = frozenset()
-    #: bf16 / fp16 "enabled": "auto" (the Hugging Face Trainer's): the 16-bit type comes from --precision
-    precision_auto: bool = False
+    #: bf16 / fp16 "enabled": "auto" (the Hugging Face Trainer's) and no type enabled: the 16-bit type comes
+    #: from --precision; the key that says "auto" (for the message)
+    precision_auto: str | None = None
+    #: the batch keys that say "auto" (filled from the command line by ``filled``)
+    batch_auto: frozenset[str] = frozenset()
     #: what the config states that the model skips or fills in, one line each (printed as notes)
     notes: tuple[str, ...] = ()
     #: an activation_checkpointing block is given (it tunes the checkpointing the model code does)
     activation_checkpointing: bool = False
+
+    def filled(self, global_batch: int, micro_batch: int | None) -> "DeepSpeedSettings":
+        """The batch keys that say "auto" filled as the Hugging Face Trainer fills them from its own arguments
+        (here the command line's): train_batch_size = the global batch, train_micro_batch_size_per_gpu = the
+        micro-batch where one is given; an "auto" accumulation is left to DeepSpeed's completion."""
+        from dataclasses import replace
+
+        # an "auto" accumulation is the global batch over micro-batch x dp: the batch is the global batch
+        tb_from_command_line = "train_batch_size" in self.batch_auto or (
+            "gradient_accumulation_steps" in self.batch_auto and self.train_batch_size is None)
+        return replace(
+            self,
+            train_batch_size=global_batch if tb_from_command_line else self.train_batch_size,
+            micro_batch=(micro_batch if "train_micro_batch_size_per_gpu" in self.batch_auto else self.micro_batch),
+        )
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
         """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
@@ -160,8 +179,12 @@ def _flag(zero: dict, key: str) -> bool:
     return v
 
 
+#: the batch keys the Hugging Face Trainer fills when they say "auto" (integrations/deepspeed.py trainer_config_process)
+AUTO_BATCH = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
+
+
 def _pos_int(d: dict, key: str, path: str) -> int | None:
-    if key not in d or d[key] == AUTO:  # the HF Trainer's "auto": not given here (filled from the command line)
+    if key not in d or (d[key] == AUTO and key in AUTO_BATCH):  # "auto": filled from the command line (DeepSpeedSettings.filled)
         return None
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -252,21 +275,28 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     fp16 = _enabled(data, "fp16")
     if bf16 and fp16:
         raise InputError(f"{PREFIX}.bf16.enabled", "bf16 and fp16 cannot both be enabled")
-    precision_auto = bf16 is None or fp16 is None
+    # "auto" matters only where no type is enabled outright (bf16 true beside fp16 "auto" is bf16)
+    precision_auto = (None if bf16 or fp16 else
+                      f"{'bf16' if 'bf16' in data else 'bfloat16'}.enabled" if bf16 is None else
+                      "fp16.enabled" if fp16 is None else None)
     # the types whose block the config states (an absent block is off too, but says nothing)
     stated = {t for t, k in (("bf16", "bf16" if "bf16" in data else "bfloat16"), ("fp16", "fp16"))
               if isinstance(data.get(k), dict) and "enabled" in data[k]}
-    autos += [f"{k}.enabled" for k, v in (("bf16", bf16), ("fp16", fp16)) if v is None]
+    if precision_auto:
+        autos.append(precision_auto)
     if autos:
         notes.append(f"{PREFIX}: \"auto\" ({', '.join(autos)}) is the Hugging Face Trainer's, filled from its own "
-                     "arguments: taken from the command line (--global-batch, --micro-batch, --precision)")
+                     "arguments: train_batch_size from --global-batch, train_micro_batch_size_per_gpu from "
+                     "--micro-batch where given, the accumulation steps completed as DeepSpeed does, the 16-bit type "
+                     "from --precision")
     precision = "bf16" if bf16 else "fp16" if fp16 else None
-    fp32 = precision is None and not precision_auto
+    fp32 = precision is None and precision_auto is None
     # keys that change the step but are not modelled are refused, not skipped: the gradients are reduced in
     # the 16-bit training type (DeepSpeed's default communication_data_type) and, under ZeRO-1/2, by
     # reduce-scatter (DeepSpeed's reduce_scatter: true; the engine hands the key to the stage 1/2 optimizer
     # only, so stage 3 -- whose ZeRO++ tutorial config sets it false -- reduce-scatters either way)
     comm = data.get("communication_data_type")
+    comm = comm.lower() if isinstance(comm, str) else comm  # (DeepSpeed lower-cases it too)
     if comm is not None and comm not in ("fp16", "bf16", "fp32"):
         raise InputError(f"{PREFIX}.communication_data_type", f"must be fp16, bf16 or fp32, DeepSpeed's values "
                          f"(got {comm!r})")
@@ -302,6 +332,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         fp32=fp32,
         disabled=frozenset(t for t, v in (("bf16", bf16), ("fp16", fp16)) if v is False and t in stated),
         precision_auto=precision_auto,
+        batch_auto=frozenset(k for k in AUTO_BATCH if data.get(k) == AUTO),
         notes=tuple(notes),
         activation_checkpointing="activation_checkpointing" in data,
     )

@@ -333,8 +333,9 @@ TP_KV_STACK = Rule(32, "tp", "must divide n_kv_heads in this framework (each ran
                    ("tp", "n_kv_heads", "framework"))
 ULYSSES_SP = Rule(33, "sp", "must be off with cp_kind ulysses in this framework (Megatron's and DeepSpeed's "
                   "sequence parallelism exclude each other)",
-                  lambda x: (x["sp"] == 1) & (x["cp"] > 1) & (x["cp_ulysses"] == 1) & _framework_in(x, ULYSSES_NO_SP),
-                  ("sp", "cp", "framework"))
+                  # (at tp 1 the flag shards nothing: no conflict)
+                  lambda x: (x["sp"] == 1) & (x["tp"] > 1) & (x["cp"] > 1) & (x["cp_ulysses"] == 1)
+                  & _framework_in(x, ULYSSES_NO_SP), ("sp", "tp", "cp", "framework"))
 ZEROPP_STACK = Rule(34, "zeropp", "needs a framework with ZeRO++ (DeepSpeed's engine)",
                     lambda x: _zeropp_on(x) & _framework_in(x, NO_ZEROPP_STACKS), ("framework",))
 ULYSSES_PP = Rule(35, "cp", "with cp_kind ulysses needs pp = 1 in this framework (DeepSpeed's pipeline engine has no "

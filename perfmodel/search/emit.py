@@ -389,9 +389,6 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                       ("vpp", "the interleaved stages")) if any(x.startswith(f"{k}=") for x in layout)]
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
                          f"({', '.join(builds)}); train_batch_size assumes its data-parallel size is dp={c['dp']}")
-        if deepspeed_alone(job) and stated["cp"] and c["cp"] > 1:
-            notes.append(f"sequence_parallel_size={c['cp']} tells DeepSpeed the Ulysses group (for its batch check); "
-                         "the model code wraps its attention in DeepSpeed-Ulysses' DistributedAttention")
         elif layout and megatron_deepspeed(job):
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "
@@ -400,6 +397,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting, and it was costed for "
                          f"{job.framework or 'a generic stack'}: search with --framework megatron-deepspeed (or "
                          f"deepspeed) for a layout DeepSpeed runs; train_batch_size assumes dp={c['dp']}")
+        if deepspeed_alone(job) and stated["cp"] and c["cp"] > 1:
+            notes.append(f"sequence_parallel_size={c['cp']} tells DeepSpeed the Ulysses group (for its batch check); "
+                         "the model code wraps its attention in DeepSpeed-Ulysses' DistributedAttention")
         if c["cp"] > 1 and c["cp_kind"] != "ulysses":
             notes.append("ring context parallelism was costed: DeepSpeed has none (its sequence parallelism is "
                          "Ulysses' all-to-all)")

@@ -60,15 +60,23 @@ def test_a_full_recompute_winner_reads_back_when_the_note_is_followed(tmp_path):
 def test_the_16_bit_type_is_never_guessed_in_silence(tmp_path):
     snippet = {"zero_optimization": {"stage": 1}, "train_micro_batch_size_per_gpu": 2}  # no bf16 / fp16 block
     assert any("enables neither bf16 nor fp16" in n and "GPU's default" in n for n in notes(estimate(tmp_path, snippet)))
-    assert "both bf16 and fp16 off" in error(estimate(tmp_path, {**snippet, "bf16": {"enabled": False},
-                                                                 "fp16": {"enabled": False}}))
+    assert "turns bf16 and fp16 off and enables no 16-bit type" in error(estimate(
+        tmp_path, {**snippet, "bf16": {"enabled": False}, "fp16": {"enabled": False}}, "--precision", "fp8"))
+    # one type turned off and none enabled: fp32 too, unless --precision names the other type
+    assert "give --precision fp16 if the run uses it" in error(estimate(tmp_path, {**snippet, "bf16": {"enabled": False}}))
+    assert any("costed in fp16, as --precision says" in n for n in notes(
+        estimate(tmp_path, {**snippet, "bf16": {"enabled": False}}, "--precision", "fp16")))
     assert "contradicts deepspeed_config.fp16.enabled (false)" in error(
         estimate(tmp_path, {**snippet, "fp16": {"enabled": False}}, "--precision", "fp16"))
     auto = {**snippet, "bf16": {"enabled": "auto"}}
-    assert "give --precision" in error(estimate(tmp_path, auto))
+    assert "deepspeed_config.bf16.enabled: \"auto\" is filled by the Hugging Face Trainer" in error(estimate(tmp_path, auto))
+    assert "deepspeed_config.fp16.enabled" in error(estimate(tmp_path, {**snippet, "fp16": {"enabled": "auto"}}))
+    both = {**snippet, "bf16": {"enabled": True}, "fp16": {"enabled": "auto"}}  # bf16 stated outright: no question
+    assert '"precision": "bf16"' in estimate(tmp_path, both, "--json").stdout
     assert any('"auto" (bf16.enabled)' in n for n in notes(estimate(tmp_path, auto, "--precision", "bf16")))
     legacy = {**snippet, "bfloat16": {"enabled": True}}  # bf16's older name, which DeepSpeed still reads
-    assert '"precision": "bf16"' in estimate(tmp_path, legacy, "--json").stdout
+    read = estimate(tmp_path, legacy, "--json")
+    assert '"precision": "bf16"' in read.stdout and "enables neither" not in read.stdout
 
 
 def test_the_trainers_auto_batch_keys_come_from_the_command_line(tmp_path):
@@ -77,6 +85,15 @@ def test_the_trainers_auto_batch_keys_come_from_the_command_line(tmp_path):
     said = notes(estimate(tmp_path, cfg, "--micro-batch", "2"))
     assert any('"auto" (gradient_accumulation_steps, train_batch_size, train_micro_batch_size_per_gpu)' in n
                for n in said)
+    # the micro-batch and the global batch are the command line's; the accumulation completes them
+    config = json.loads(estimate(tmp_path, {**cfg, "gradient_accumulation_steps": 1}, "--micro-batch", "2",
+                                 "--json").stdout)["config"]
+    assert config["micro_batch"] == 2
+    ga_auto = {**BASE, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": "auto"}
+    assert json.loads(estimate(tmp_path, ga_auto, "--json", batch=64).stdout)["config"]["micro_batch"] == 2
+    # "auto" where the Trainer fills nothing is not a value
+    hpz = {**BASE, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": "auto"}}
+    assert "zero_hpz_partition_size: must be a positive integer (got 'auto')" in error(estimate(tmp_path, hpz))
 
 
 @pytest.mark.parametrize("zero, fragment", [
@@ -93,8 +110,9 @@ def test_real_keys_are_read_skipped_with_a_note_or_refused_for_what_they_are(tmp
     notes(estimate(tmp_path, off))  # an offload that is off is accepted
     skipped = {**BASE, "activation_checkpointing": {"partition_activations": True}, "data_types":
                {"grad_accum_dtype": "fp32"}, "zero_optimization": {"stage": 1, "reduce_bucket_size": "auto"}}
-    assert any("read but not costed" in n and "activation_checkpointing, data_types, reduce_bucket_size" in n
-               for n in notes(estimate(tmp_path, skipped)))
+    said = notes(estimate(tmp_path, skipped))
+    assert any("read but not costed" in n and "data_types, reduce_bucket_size" in n for n in said)
+    assert any("the activation_checkpointing block only tunes it" in n for n in said)
     assert "Apex AMP is not modelled" in error(estimate(tmp_path, {**BASE, "amp": {"enabled": True, "opt_level": "O1"}}))
     assert "must be fp16, bf16 or fp32" in error(estimate(tmp_path, {**BASE, "communication_data_type": "bfp16"}))
     hint = error(estimate(tmp_path, '{\n  // a comment\n  "zero_optimization": {"stage": 1},\n}'))
@@ -115,3 +133,30 @@ def test_errors_name_the_key_that_was_given(tmp_path):
     assert "train_batch_size: 40 is not a multiple of gradient_accumulation_steps 2 x dp 16" in error(estimate(
         tmp_path, {"zero_optimization": {"stage": 1}, "bf16": {"enabled": True}, "train_batch_size": 40,
                    "gradient_accumulation_steps": 2}, batch=40))
+
+
+def test_a_megatron_deepspeed_ulysses_winner_reads_back(tmp_path):
+    """Its JSON failed read back: --sp stayed on by default beside Ulysses at tp 1, where the flag shards nothing,
+    and the rule that Ulysses excludes Megatron's SP refused it."""
+    job = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--seq-len", "32768",
+           "--global-batch", "64", "--framework", "megatron-deepspeed"]
+    out = json.loads(runner.invoke(app, ["recommend", *job, "--top", "1", "--emit", "deepspeed", "--json"]).stdout)
+    top = out["top"][0]
+    assert top["cp_kind"] == "ulysses" and top["tp"] == 1
+    path = tmp_path / "ds.json"
+    path.write_text(out["emit"]["text"])
+    flags = ["--cp", str(top["cp"]), "--cp-kind", "ulysses", "--recompute", top["recompute"], "--pp", str(top["pp"])]
+    back = runner.invoke(app, ["estimate", *job, "--deepspeed-config", str(path), *flags, "--json"])
+    assert back.exit_code == 0, back.output
+    assert json.loads(back.stdout)["iteration_time_s"] == pytest.approx(top["iteration_time_s"], rel=1e-9)
+
+
+def test_a_pipelined_deepspeed_winner_gets_one_layout_note():
+    """The Ulysses note broke the if/elif chain: a DeepSpeed pipeline winner also got 'it was costed for deepspeed:
+    search with --framework megatron-deepspeed (or deepspeed)'."""
+    res = runner.invoke(app, ["recommend", "--model", "bloom-176b", "--gpu", "a100-sxm4-80gb", "--gpus", "384",
+                              "--seq-len", "2048", "--global-batch", "2048", "--framework", "deepspeed", "--top", "1",
+                              "--emit", "deepspeed", "--json"])
+    emitted = json.loads(res.stdout)["emit"]["notes"]
+    assert sum("is not a DeepSpeed config setting" in n for n in emitted) == 1
+    assert not any("search with --framework megatron-deepspeed" in n for n in emitted)
