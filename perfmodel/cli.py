@@ -140,6 +140,7 @@ def estimate(
     from perfmodel.notes import mfu_peak_text
     from perfmodel.rules import default_zero_stage
     from perfmodel.specs import ParallelSpec
+    from perfmodel.specs.parallel import zeropp_text
 
     hpz_size = None
     ds_notes: list[str] = []  # what the DeepSpeed config states that is skipped or filled in
@@ -275,6 +276,8 @@ def estimate(
     typer.echo(
         f"{spec.name} on {gpus} x {cluster.gpu.name}: tp={par.tp} pp={par.pp} dp={par.dp} cp={par.cp} "
         f"vpp={par.vpp} mb={par.micro_batch} sp={par.sp and par.tp > 1} zero={par.zero_stage} recompute={par.recompute}"
+        + (f" zero++={zeropp_text(par.zeropp)}" if par.zeropp else "")
+        + (f" hpz_partition={hpz_size}" if hpz_size and hpz_size > 1 else "")
     )
     typer.echo(_fmt_table([
         ("iteration time", f"{est.iteration_time_s:.3f} s"),
