@@ -160,3 +160,11 @@ def test_a_pipelined_deepspeed_winner_gets_one_layout_note():
     emitted = json.loads(res.stdout)["emit"]["notes"]
     assert sum("is not a DeepSpeed config setting" in n for n in emitted) == 1
     assert not any("search with --framework megatron-deepspeed" in n for n in emitted)
+
+
+def test_the_text_header_names_zeropp_and_the_hpz_partition(tmp_path):
+    """A config with qwZ + hpZ printed 'zero=3' only: the parts and the secondary partition were not shown."""
+    cfg = {"zero_optimization": {"stage": 3, "zero_quantized_weights": True, "zero_hpz_partition_size": 8},
+           "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 2}
+    head = estimate(tmp_path, cfg).output.splitlines()[0]
+    assert head.endswith("zero=3 recompute=none zero++=qwz,hpz hpz_partition=8"), head
