@@ -151,7 +151,9 @@ def estimate(
             if value is not None and value <= 0:
                 raise InputError(name, f"must be a positive integer (got {value})")
         if deepspeed_config is not None:
-            from perfmodel.deepspeed_config import check_hpz_partition, check_options_agree, load_deepspeed_config
+            from perfmodel.deepspeed_config import (
+                RECOMPUTE_NOTE, check_hpz_partition, check_options_agree, load_deepspeed_config, precision_notes,
+            )
 
             from perfmodel.rules import NO_ZEROPP_STACKS, ZEROPP_STACKS
 
@@ -163,32 +165,10 @@ def estimate(
                 raise InputError("framework", f"{framework} does not train through DeepSpeed's engine, which reads "
                                  f"--deepspeed-config; give one that does ({', '.join(sorted(ZEROPP_STACKS))})")
             check_options_agree(ds, zero_stage=zero_stage, zeropp=zeropp, precision=precision)
-            ds_notes += ds.notes
-            if precision in ds.disabled:
-                raise InputError("precision", f"--precision {precision} contradicts deepspeed_config.{precision}"
-                                 ".enabled (false); give one or the other")
-            if precision is None and ds.precision_auto:
-                raise InputError(f"deepspeed_config.{ds.precision_auto}", "\"auto\" is filled by the Hugging Face "
-                                 "Trainer from its own arguments: give --precision")
-            # a config that turns a 16-bit type off and enables none trains in fp32 (DeepSpeed's default): not
-            # costed, unless --precision names the other 16-bit type (the run's, which the config left out)
-            if ds.fp32 and ds.disabled and precision not in {"bf16", "fp16"} - ds.disabled:
-                off = " and ".join(sorted(ds.disabled))
-                raise InputError(f"deepspeed_config.{sorted(ds.disabled)[0]}.enabled", f"the config turns {off} off "
-                                 "and enables no 16-bit type, so DeepSpeed trains in fp32, which is not costed"
-                                 + ("" if len(ds.disabled) == 2 else
-                                    f" (give --precision {({'bf16', 'fp16'} - ds.disabled).pop()} if the run uses it)"))
-            if ds.fp32:  # no block enables a 16-bit type (a snippet, like the ZeRO++ tutorial's): said, not hidden
-                ds_notes.append("deepspeed_config enables neither bf16 nor fp16 (DeepSpeed alone would train in "
-                                "fp32): costed in " + (f"{precision}, as --precision says" if precision else
-                                "the GPU's default 16-bit type (bf16; fp16 on a V100); give --precision or enable "
-                                "one in the config"))
+            ds_notes += [*ds.notes, *precision_notes(ds, precision)]
             if not given_on_command_line(ctx, "recompute"):
-                ds_notes.append("the recompute mode is the model code's (deepspeed.checkpointing.checkpoint around "
-                                "its layers), not a DeepSpeed config setting: costed without recompute; give "
-                                "--recompute full or selective as the code checkpoints"
-                                + (" (the activation_checkpointing block only tunes it)"
-                                   if ds.activation_checkpointing else ""))
+                ds_notes.append(RECOMPUTE_NOTE + (" (the activation_checkpointing block only tunes it)"
+                                                  if ds.activation_checkpointing else ""))
             if ds.autotp_size is not None:
                 if given_on_command_line(ctx, "tp") and tp != ds.autotp_size:
                     raise InputError("tp", f"--tp {tp} contradicts deepspeed_config.tensor_parallel.autotp_size "

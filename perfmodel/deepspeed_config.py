@@ -14,11 +14,12 @@ and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306
 
 Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, logging ...) are
 listed in ``IGNORED_*`` and skipped; those that would change it but are not modelled (prefetch and bucket
-sizes, activation-checkpointing options, curriculum learning ...) are skipped with a note naming them
+sizes, gradient-accumulation dtypes, curriculum learning ...) are skipped with a note naming them
 (``NOT_MODELLED``). Anything else is an error, as is a contradiction (bf16 and fp16 both on; ZeRO++ without
 stage 3; a batch that does not add up) and what the model does not cost (CPU/NVMe offload, Apex AMP, an
-fp32 run). The Hugging Face Trainer's ``"auto"`` (filled from its own arguments) is taken as not given: the
-batch keys then come from the command line, bf16/fp16 from ``--precision``, said in a note.
+fp32 run). The Hugging Face Trainer's ``"auto"`` batch keys are filled as it fills them, from the command
+line (``DeepSpeedSettings.filled``), its ``"auto"`` bf16/fp16 from ``--precision``, said in a note; ``"auto"``
+anywhere else is not a value.
 Every error is an ``InputError`` naming the key, so the CLI prints one ``error: field: rule`` line.
 """
 from __future__ import annotations
@@ -184,7 +185,7 @@ AUTO_BATCH = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "
 
 
 def _pos_int(d: dict, key: str, path: str) -> int | None:
-    if key not in d or (d[key] == AUTO and key in AUTO_BATCH):  # "auto": filled from the command line (DeepSpeedSettings.filled)
+    if key not in d or (d[key] == AUTO and key in AUTO_BATCH):  # filled from the command line (filled())
         return None
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -240,8 +241,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
                         for k in NOT_MODELLED & set(data[b]) if data[b][k] not in (False, None)})
     if skipped:
         notes.append(f"{PREFIX}: read but not costed (the model has no term for them): {', '.join(skipped)}")
-    autos = sorted(k for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size")
-                   if data.get(k) == AUTO)
+    autos = sorted(k for k in AUTO_BATCH if data.get(k) == AUTO)
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"must be 0, 1, 2 or 3 (got {stage!r})")
@@ -362,6 +362,37 @@ def check_options_agree(ds: DeepSpeedSettings, *, zero_stage: int | None, zeropp
     if zeropp is not None and {p.strip().lower() for p in zeropp.split(",") if p.strip()} != set(ds.zeropp):
         raise InputError("zeropp", f"--zeropp {zeropp!r} contradicts the config's ZeRO++ keys "
                          f"({zeropp_text(ds.zeropp) or 'none'}); give one or the other")
+
+
+def precision_notes(ds: DeepSpeedSettings, precision: str | None) -> list[str]:
+    """The 16-bit type against ``--precision`` (None: not given): a type the config turns off is not the run's,
+    a Trainer "auto" needs ``--precision``, a config that turns a type off and enables none trains in fp32
+    (DeepSpeed's default), which is not costed unless ``--precision`` names the other 16-bit type; a config
+    that states neither is costed in ``--precision``'s or the GPU's default type, said in the note returned."""
+    if precision in ds.disabled:
+        raise InputError("precision", f"--precision {precision} contradicts {PREFIX}.{precision}.enabled (false); "
+                         "give one or the other")
+    if precision is None and ds.precision_auto:
+        raise InputError(f"{PREFIX}.{ds.precision_auto}", "\"auto\" is filled by the Hugging Face Trainer from its "
+                         "own arguments: give --precision")
+    other = {"bf16", "fp16"} - ds.disabled
+    if ds.fp32 and ds.disabled and precision not in other:
+        off = " and ".join(sorted(ds.disabled))
+        raise InputError(f"{PREFIX}.{sorted(ds.disabled)[0]}.enabled", f"the config turns {off} off and enables no "
+                         "16-bit type, so DeepSpeed trains in fp32, which is not costed"
+                         + (f" (give --precision {other.pop()} if the run uses it)" if other else ""))
+    if not ds.fp32:
+        return []
+    # no block enables a 16-bit type (a snippet, like the ZeRO++ tutorial's): said, not hidden
+    return [f"{PREFIX} enables neither bf16 nor fp16 (DeepSpeed alone would train in fp32): costed in "
+            + (f"{precision}, as --precision says" if precision else "the GPU's default 16-bit type (bf16; fp16 on "
+               "a V100); give --precision or enable one in the config")]
+
+
+#: a DeepSpeed config has no recompute key, the model code checkpoints: estimate's note without --recompute
+RECOMPUTE_NOTE = ("the recompute mode is the model code's (deepspeed.checkpointing.checkpoint around its layers), "
+                  "not a DeepSpeed config setting: costed without recompute; give --recompute full or selective as "
+                  "the code checkpoints")
 
 
 def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
