@@ -119,11 +119,20 @@ def test_outputs_finite_and_positive(cfg):
 @settings(**SETTINGS)
 @given(configs(), st.sampled_from([100.0, 200.0, 400.0, 800.0, 1600.0]), st.sampled_from([2.0, 4.0, 8.0]))
 def test_more_scale_out_bandwidth_is_never_slower(cfg, bw, factor):
+    """No part grows with the bandwidth but the DP traffic hidden behind a context-parallel exchange: a
+    phase hides it behind its compute and its CP wait (step.py fwd/bwd_hiding_s), so a shorter wait can
+    expose some (GPT-3 1.3B, tp 8 cp 4 dp 8 ZeRO-3, 100 -> 400 Gbit/s: cp_comm 1.567 -> 0.387 s, dp_comm
+    0 -> 0.0002 s); the two together never grow."""
     slow = run(cfg, scale_out=bw)
     fast = run(cfg, scale_out=bw * factor)
     assert fast.iteration_time_s <= slow.iteration_time_s * (1 + 1e-12)
     for k in TIME_PARTS:
-        assert fast.time_breakdown_s[k] <= slow.time_breakdown_s[k] * (1 + 1e-12) + 1e-15, k
+        if k not in ("dp_comm_s", "cp_comm_s"):
+            assert fast.time_breakdown_s[k] <= slow.time_breakdown_s[k] * (1 + 1e-12) + 1e-15, k
+    both = [e.time_breakdown_s["dp_comm_s"] + e.time_breakdown_s["cp_comm_s"] for e in (fast, slow)]
+    assert both[0] <= both[1] * (1 + 1e-12) + 1e-15
+    if slow.time_breakdown_s["cp_comm_s"] == 0.0:  # no CP wait to hide behind: each part on its own
+        assert fast.time_breakdown_s["dp_comm_s"] <= slow.time_breakdown_s["dp_comm_s"] * (1 + 1e-12) + 1e-15
     assert fast.memory_gib == pytest.approx(slow.memory_gib, rel=1e-12)
 
 
