@@ -124,6 +124,30 @@ TE_ATTENTION = frozenset(name for name, p in PROFILES.items()
 #: which the search does not emit)
 UNEVEN_PP = frozenset({"deepspeed", "megatron-deepspeed", "gpt-neox", "nanotron", "torchtitan"})
 
+
+def unplaceable_factor(n_gpus: int, n_heads: int, n_layers: int, seq_len: int, global_batch: int,
+                       framework: str | None) -> int | None:
+    """The part of ``n_gpus`` that no parallel size can take, when there is one: n = tp x pp x cp x dp with tp
+    dividing the heads, pp the layers (or layers + 2; any pp up to the layers where the stack splits unevenly),
+    cp the sequence and dp the global batch, so a factor sharing nothing with those (96 GPUs for a 64-head,
+    80-layer model at 8K tokens and a batch of 512: the 3) leaves the count without a layout. Each axis takes
+    the largest part it can (gcd), in turn; None when every factor is placed (the count may still have no
+    layout for another rule, which the rejection counts name)."""
+    from math import gcd, prod
+
+    left = n_gpus
+    pp_room = (prod(range(1, n_layers + 1)) if (framework or "").lower() in UNEVEN_PP
+               else n_layers * (n_layers + 2))
+    for room in (n_heads, pp_room, seq_len, global_batch):
+        left //= gcd(left, room)
+    return left if left > 1 else None
+
+
+def unplaceable_text(n_gpus: int, factor: int, n_heads: int, n_layers: int, seq_len: int, global_batch: int) -> str:
+    """``unplaceable_factor``'s reason, one clause."""
+    return (f"no parallel size can take the factor {factor} of {n_gpus:,} GPUs (tp divides the {n_heads} heads, pp "
+            f"the {n_layers} layers, cp the {seq_len:,}-token sequence, dp the global batch {global_batch:,})")
+
 #: stacks that split the pipeline by a layer count per (virtual) stage with the embedding and the
 #: output counted as one layer each (torchtitan pipeline_parallel_layers_per_stage;
 #: pipeline_parallel_first/last_stage_less_layers = 1)

@@ -243,8 +243,9 @@ def _best_one(model: ModelSpec, c: ClusterSpec, j: JobSpec, cal: Calibration, zp
             if zpp and rule.reason in res.rejected:
                 why += f" ({rule.reason})"
         if not zpp and res.rejected:
-            # the rules that rejected the most candidates, with their counts, as recommend names them
-            why += ": " + res.commonest_rejections(3)
+            # a factor of the count no parallel size can take, else the rules that rejected the most candidates,
+            # with their counts, as recommend names them
+            why += ": " + res.no_layout_reason(ev)
         return {"status": "invalid", "reason": why}
     if best.empty:
         return {"status": "no fit", "reason": f"none of {int(considered.sum()):,} configurations fits "

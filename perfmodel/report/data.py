@@ -55,17 +55,18 @@ SCALING_INTS = ("n_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_st
 
 def scaling_frame(result: SearchResult) -> pd.DataFrame:
     """One row per GPU count searched, ascending: the fastest feasible configuration (``df_all_best``,
-    status ``ok``), or, with blank metrics, ``invalid`` (no structurally valid configuration; the reason
-    most configurations were rejected for) or ``no fit`` (none fits in memory; the least any needs)."""
+    status ``ok``), or, with blank metrics, ``invalid`` (no structurally valid configuration; a factor of the
+    count no parallel size can take, else the rules most configurations were rejected for) or ``no fit``
+    (none fits in memory; the least any needs)."""
     best = df_all_best(result.evaluated).set_index("n_gpus")
     rows = []
     for ev in result.evaluated:
         if ev.n_gpus in best.index:
             rows.append({"n_gpus": ev.n_gpus, **best.loc[ev.n_gpus].to_dict(), "status": "ok", "reason": ""})
         elif ev.n_valid == 0:
-            common = max(ev.rejected.items(), key=lambda kv: kv[1])[0] if ev.rejected else ""
+            why = result.no_layout_reason(ev)
             rows.append({"n_gpus": ev.n_gpus, "status": "invalid", "reason": "no structurally valid configuration"
-                         + (f" ({common})" if common else "")})
+                         + (f" ({why})" if why else "")})
         else:
             rows.append({"n_gpus": ev.n_gpus, "status": "no fit", "reason": "nothing fits in memory (the least of "
                          f"{ev.n_valid:,} configurations needs {ev.least_memory_gib:.1f} GiB per GPU)"})

@@ -101,6 +101,19 @@ class SearchResult:
     pareto: pd.DataFrame | None = None  # GPUs vs total tokens/s, when several GPU counts were searched
     source_gpu_index: np.ndarray | None = None  # per candidate row: index into ``evaluated``
     source_row: np.ndarray | None = None        # per candidate row: row within that Evaluated
+    model: ModelSpec | None = None              # the job searched (for the reasons a count has no layout)
+    job: JobSpec | None = None
+
+    def no_layout_reason(self, ev: "Evaluated") -> str:
+        """Why a GPU count has no structurally valid configuration: a factor of it no parallel size can take
+        (``rules.unplaceable_factor``), else the rules that rejected the most of its candidates."""
+        m, j = self.model, self.job
+        factor = None if m is None or j is None else rules.unplaceable_factor(
+            ev.n_gpus, m.n_heads, m.n_layers, j.seq_len, j.global_batch, j.framework)
+        if factor is not None:
+            return rules.unplaceable_text(ev.n_gpus, factor, m.n_heads, m.n_layers, j.seq_len, j.global_batch)
+        reasons = sorted(ev.rejected.items(), key=lambda kv: -kv[1])[:3]
+        return "; ".join(f"{rule} ({n:,})" for rule, n in reasons)
 
     def contract_json(self, top: int) -> dict:
         rows = []
@@ -146,7 +159,8 @@ class SearchResult:
         (the commonest rules). Said by recommend and report alike."""
         mems = [ev.least_memory_gib for ev in self.evaluated if ev.n_valid]
         if not mems:
-            return "no structurally valid configuration: " + self.commonest_rejections(3)
+            return "no structurally valid configuration: " + (
+                self.no_layout_reason(self.evaluated[0]) if len(self.evaluated) == 1 else self.commonest_rejections(3))
         least = min(mems)
         why = (f"none of the {self.n_evaluated:,} structurally valid configurations fits in memory (the "
                f"smallest needs {least:.1f} GiB per GPU, the GPU has {hbm_capacity_gib:g})")
@@ -428,7 +442,7 @@ def run_search(
     elapsed = time.perf_counter() - t0
     df.attrs.update(n_evaluated=n_evaluated, n_feasible=n_feasible, search_time_s=elapsed)
     return SearchResult(df, n_evaluated, n_feasible, elapsed, objective, rejected, evaluated, pareto,
-                        which[keep], rows[keep])
+                        which[keep], rows[keep], model, job)
 
 
 def best_first(score: np.ndarray, memory_gib: np.ndarray, n_gpus: np.ndarray, top: int | None,

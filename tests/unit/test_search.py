@@ -376,3 +376,18 @@ def test_a_count_of_nan_scores_does_not_keep_the_winner_from_being_whole():
     evaluated.append(ev(16, [100.0, 90.0, 80.0]))
     best = engine._keep_best_whole(evaluated, best, 1, job, "throughput", None, None)
     assert best[0] == 1 and evaluated[1].configs["tp"].size == 3 and evaluated[0].n_valid == 2
+
+
+def test_a_count_no_parallel_size_can_split_says_so():
+    """96 GPUs for Llama 3 70B at 8K tokens and a batch of 512 have no layout: the reason given was the rule
+    that rejected most candidates ('tp must divide n_heads'), though the 3 in 96 divides none of the heads (64),
+    the layers (80 or 82), the sequence or the batch."""
+    from perfmodel.rules import unplaceable_factor
+
+    assert unplaceable_factor(96, 64, 80, 8192, 512, "megatron-lm") == 3
+    assert unplaceable_factor(3000, 64, 80, 8192, 512, "megatron-lm") == 75  # pp takes one 5 (80), not two
+    assert unplaceable_factor(96, 64, 80, 8192, 512, "deepspeed") is None  # an uneven pipeline of 3 stages
+    assert unplaceable_factor(96, 64, 80, 8192, 384, "megatron-lm") is None  # dp takes the 3 (384 = 3 x 128)
+    res = CliRunner().invoke(app, ["recommend", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "96",
+                                   "--seq-len", "8192", "--global-batch", "512"])
+    assert res.exit_code == 1 and "no parallel size can take the factor 3 of 96 GPUs" in res.output
