@@ -1,9 +1,10 @@
 """perfmodel: an analytical performance model and parallelism tuner for LLM training.
 
-Python API (see README): ``load_model``, ``load_gpu``, ``ClusterSpec.build``, ``ParallelSpec``,
-``JobSpec``, ``estimate``; ``search`` returns candidates as a DataFrame, best first; ``whatif``
+Python API (see README): ``load_model``, ``load_gpu``, ``load_calibration``, ``ClusterSpec.build``,
+``ParallelSpec``, ``JobSpec``, ``estimate``; ``search`` returns candidates as a DataFrame, best first; ``whatif``
 sweeps one or two variables (GPU, GPU count, network, ...) into a tidy DataFrame.
 """
+from perfmodel.calibration_profile import load_calibration
 from perfmodel.catalog import load_gpu, load_model
 from perfmodel.errors import InputError
 from perfmodel.estimate import Estimate, estimate
@@ -12,6 +13,6 @@ from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, Pa
 from perfmodel.whatif import whatif
 
 __all__ = [
-    "load_model", "load_gpu", "estimate", "Estimate", "search", "whatif", "InputError",
+    "load_model", "load_gpu", "load_calibration", "estimate", "Estimate", "search", "whatif", "InputError",
     "AcceleratorSpec", "ClusterSpec", "JobSpec", "ModelSpec", "ParallelSpec",
 ]

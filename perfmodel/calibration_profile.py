@@ -238,24 +238,40 @@ def _lower_case_networks(data: dict, where: str) -> dict:
 
 
 def load_calibration(path: str | Path | None) -> Calibration:
-    """The calibration in ``path``; with None, the shipped default profile (or none)."""
+    """The calibration in ``path``; with None, the shipped default profile (or none). Each call returns its
+    own copy (a caller that changes one changes no other), read again where the file changed since."""
     if path is None:
-        return _default()
-    return _load(str(path))
+        return _default().model_copy(deep=True)
+    return _load(str(path), _stamp(Path(path))).model_copy(deep=True)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(modification time in ns, size), the cache key that rereads an edited file; None where it cannot be
+    read (``_load`` names why)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _default() -> Calibration:
+    if DEFAULT_PROFILE_PATH.is_file():
+        return _load(str(DEFAULT_PROFILE_PATH), _stamp(DEFAULT_PROFILE_PATH))
+    return _missing_default()
 
 
 @lru_cache(maxsize=1)
-def _default() -> Calibration:
-    if DEFAULT_PROFILE_PATH.is_file():
-        return _load(str(DEFAULT_PROFILE_PATH))
-    # never silently uncalibrated: a checkout always has it; an install without the checkout does not
+def _missing_default() -> Calibration:
+    # never silently uncalibrated: a checkout always has it; an install without the checkout does not (said once)
     print(f"warning: calibration: the shipped profile {DEFAULT_PROFILE_PATH} is missing; predictions use "
           "datasheet numbers only (install with pip install -e . in the repository)", file=sys.stderr)
     return EMPTY
 
 
 @lru_cache(maxsize=16)
-def _load(path_str: str) -> Calibration:
+def _load(path_str: str, stamp: tuple[int, int] | None) -> Calibration:
+    """(``stamp``: ``_stamp``, part of the cache key only)"""
     path = Path(path_str)
     text = read_text_file(path, "calibration")
     data = load_yaml(text, "calibration", str(path))

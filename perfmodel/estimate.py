@@ -325,11 +325,11 @@ def estimate(
     precision was left out trains in the GPU's default (``JobSpec.for_gpu``); a ``parallel`` that does not
     state its ZeRO stage runs the stack's default (``rules.default_zero_stage``: 3 under torchtitan's FSDP,
     else 1), as the CLI and a fixed what-if do. ``model`` may be a catalog name or a model file, as in
-    ``search`` and ``whatif``."""
-    if isinstance(model, str):
-        from perfmodel.catalog import load_model
+    ``search`` and ``whatif``, and ``calibration`` a profile's path."""
+    from perfmodel.api_inputs import api_inputs
 
-        model = load_model(model)
+    # every spec through its validators (a model_copy(update=...) skips them); a model or calibration by path
+    model, cluster, job, parallel, calibration = api_inputs(model, cluster, job, parallel, calibration)
     job = job.for_gpu(cluster.gpu)
     if "zero_stage" not in parallel.model_fields_set:
         parallel = parallel.model_copy(update={"zero_stage": rules.default_zero_stage(job.framework)})

@@ -280,10 +280,11 @@ def whatif(
     ``df.attrs``: sweep (variable names in order), mode, elapsed_s, notes (``perfmodel.notes.job_notes``
     of the base cluster and calibration)."""
     t0 = time.perf_counter()
-    if isinstance(model, str):
-        from perfmodel.catalog import load_model
+    from perfmodel.api_inputs import api_inputs, api_calibration
 
-        model = load_model(model)
+    model, cluster, job, parallel, _ = api_inputs(model, cluster, job, parallel, None)
+    # (a calibration what-if sweeps profiles by path: the base one may be a path as well)
+    calibration = api_calibration(calibration) if calibration is not None else None
     check_mode(mode)
     if mode == "fixed" and parallel is None:
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")

@@ -231,8 +231,11 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         raise from_validation_error(exc, "model", where=where) from None
 
 
-def load_model(ref: str) -> ModelSpec:
+def load_model(ref: str | Path) -> ModelSpec:
     """A ModelSpec from a catalog name, a YAML file or a Hugging Face config.json."""
+    if not isinstance(ref, (str, Path)):
+        raise InputError("model", f"must be a catalog name or a file path (got {type(ref).__name__})")
+    ref = str(ref)
     table = _model_table()
     if ref in table:
         return ModelSpec(name=ref, **table[ref])
@@ -263,8 +266,15 @@ def load_model(ref: str) -> ModelSpec:
         raise from_validation_error(exc, "model", where=str(path)) from None
 
 
+def _file_stamp(path: Path) -> tuple[int, int]:
+    """(modification time in ns, size) of a file: a cache keyed on it rereads a file edited since."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
 @lru_cache(maxsize=64)
-def _load_gpu_file(path_str: str) -> AcceleratorSpec:
+def _load_gpu_file(path_str: str, stamp: tuple[int, int]) -> AcceleratorSpec:
+    """(``stamp``: ``_file_stamp``, part of the cache key only)"""
     path = Path(path_str)
     data = _read_yaml(path, "gpu")
     if not isinstance(data, dict):
@@ -280,11 +290,16 @@ def _load_gpu_file(path_str: str) -> AcceleratorSpec:
     return spec
 
 
-def load_gpu(ref: str) -> AcceleratorSpec:
-    """An AcceleratorSpec from a catalog name (hardware_profiles/NAME.yaml) or a YAML path."""
+def load_gpu(ref: str | Path) -> AcceleratorSpec:
+    """An AcceleratorSpec from a catalog name (hardware_profiles/NAME.yaml) or a YAML path. Each call returns
+    its own copy (a caller that changes one changes no other), read again where the file changed since."""
+    return _cached_gpu(str(ref)).model_copy(deep=True)
+
+
+def _cached_gpu(ref: str) -> AcceleratorSpec:
     path = PROFILES_DIR / f"{ref}.yaml"
     if path.is_file():
-        return _load_gpu_file(str(path))
+        return _load_gpu_file(str(path), _file_stamp(path))
     if not _looks_like_path(ref) and not PROFILES_DIR.is_dir():
         raise InputError("gpu", f"the GPU catalog {PROFILES_DIR} is missing: perfmodel runs from its checkout "
                          "(pip install -e . in the repository, as the README says), not from a copied wheel")
@@ -295,4 +310,4 @@ def load_gpu(ref: str) -> AcceleratorSpec:
         raise InputError("gpu", f"'{ref}' is a folder, not a hardware-profile YAML")
     if not file.is_file():
         raise InputError("gpu", f"'{ref}' is not a regular file" if file.exists() else f"no such file '{ref}'")
-    return _load_gpu_file(str(file.resolve()))
+    return _load_gpu_file(str(file.resolve()), _file_stamp(file))

@@ -555,10 +555,9 @@ def search(
 
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise InputError("top", f"must be a positive integer (got {top!r})")
-    if isinstance(model, str):
-        from perfmodel.catalog import load_model
+    from perfmodel.api_inputs import api_inputs
 
-        model = load_model(model)
+    model, cluster, job, _, calibration = api_inputs(model, cluster, job, None, calibration)
     res = run_search(model, cluster, job, calibration, gpu_counts=gpu_counts, objective=objective,
                      train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
                      zeropp=zeropp)

@@ -1,0 +1,54 @@
+"""The Python API's inputs, checked as the CLI's are (``estimate``, ``search``, ``whatif``).
+
+A notebook varies a frozen spec with pydantic's ``model_copy(update=...)``, which skips the validators: a
+``seq_len`` of 0 or a negative ``tp`` then reached the cost model and came back as NaN or a negative
+throughput. Every spec is therefore rebuilt through its validators (the fields it was built with, so a field
+left to its default stays unstated: ``JobSpec.precision_stated``, a ``ParallelSpec`` without a ZeRO stage),
+and a model, GPU-less cluster or calibration given by name or path is loaded, as the CLI loads them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from perfmodel.errors import InputError, from_validation_error
+
+
+def revalidated(spec, field: str, kind: type[BaseModel]):
+    """``spec`` rebuilt through ``kind``'s validators; InputError naming ``field`` for a wrong type or value."""
+    if not isinstance(spec, kind):
+        raise InputError(field, f"must be a {kind.__name__} (got {type(spec).__name__})")
+    try:
+        return kind.model_validate(spec.model_dump(exclude_unset=True))
+    except ValidationError as exc:
+        raise from_validation_error(exc, field) from None
+
+
+def api_model(model):
+    """A ModelSpec, a catalog name or a model file (str or Path)."""
+    from perfmodel.catalog import load_model
+    from perfmodel.specs import ModelSpec
+
+    if isinstance(model, (str, Path)):
+        return load_model(str(model))
+    return revalidated(model, "model", ModelSpec)
+
+
+def api_calibration(calibration):
+    """A Calibration, a calibration profile's path (str or Path), or None (the shipped profile)."""
+    from perfmodel.calibration_profile import Calibration, load_calibration
+
+    if calibration is None or isinstance(calibration, (str, Path)):
+        return load_calibration(calibration)
+    if not isinstance(calibration, Calibration):
+        raise InputError("calibration", f"must be a Calibration or a profile path (got {type(calibration).__name__})")
+    return calibration
+
+
+def api_inputs(model, cluster, job, parallel=None, calibration=None):
+    """(model, cluster, job, parallel, calibration) checked and loaded for the API's entry points."""
+    from perfmodel.specs import ClusterSpec, JobSpec, ParallelSpec
+
+    return (api_model(model), revalidated(cluster, "cluster", ClusterSpec), revalidated(job, "job", JobSpec),
+            None if parallel is None else revalidated(parallel, "parallel", ParallelSpec), api_calibration(calibration))
