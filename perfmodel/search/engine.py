@@ -545,10 +545,12 @@ def search(
     """Search the parallel configurations of ``job`` on ``cluster``; a DataFrame, best first.
 
     Columns: n_gpus, tp, pp, dp, cp, vpp, micro_batch, sp, zero_stage, zeropp, recompute,
-    iteration_time_s, tokens_per_s_per_gpu, mfu, memory_gib, tokens_per_s, time_to_train_s,
-    cost_usd, and the time/memory breakdown parts (for the first 50 rows). ``df.attrs`` holds
-    n_evaluated, n_feasible, search_time_s and notes (``perfmodel.notes.job_notes``: a stack or fabric
-    without a profile, a borrowed kernel efficiency). An empty frame means nothing fits.
+    iteration_time_s, tokens_per_s_per_gpu, mfu, memory_gib, cp_kind, offload_fraction, tokens_per_s,
+    time_to_train_s, cost_usd, and the time/memory breakdown parts (for the first 50 rows). ``df.attrs`` holds
+    n_evaluated, n_feasible, search_time_s, objective, gpu_counts_without_feasible, notes
+    (``perfmodel.notes.job_notes``: a stack or fabric without a profile, a borrowed kernel efficiency) and, for
+    an empty frame, why_empty (nothing fits in memory, with the least any configuration needs, or no
+    structurally valid layout, with the reason), as ``recommend`` says it.
     """
     from perfmodel.errors import InputError
     from perfmodel.notes import job_notes
@@ -564,6 +566,10 @@ def search(
     df = res.candidates
     cal = calibration if calibration is not None else load_calibration(None)
     df.attrs["notes"] = job_notes(job, cluster, cal, model)
+    df.attrs["objective"] = objective
+    df.attrs["gpu_counts_without_feasible"] = res.infeasible_gpu_counts()
+    if df.empty:  # why, as recommend says it: nothing fits (the least any needs), or no valid layout
+        df.attrs["why_empty"] = res.why_none_feasible(cluster.gpu.hbm_capacity_gib)
     if res.pareto is not None:
         df.attrs["pareto"] = res.pareto.to_dict("records")
     return df

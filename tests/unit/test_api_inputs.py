@@ -82,3 +82,14 @@ def test_a_calibration_or_model_by_path(tmp_path):
         pm.load_model(None)
     with pytest.raises(pm.InputError, match="cluster: must be a ClusterSpec"):
         pm.estimate(model, "h100-sxm5-80gb", par, job)
+
+
+def test_an_empty_search_says_why():
+    """An empty frame's attrs held only the counts: the CLI said 'none ... fits (the smallest needs 858.6 GiB)'."""
+    model, job = pm.load_model("llama3.1-405b"), pm.JobSpec(global_batch=64, seq_len=2048)
+    df = pm.search(model, pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8), job, top=3)
+    assert df.empty and "fits in memory (the smallest needs" in df.attrs["why_empty"]
+    assert df.attrs["objective"] == "throughput" and df.attrs["gpu_counts_without_feasible"] == [8]
+    seven = pm.search(pm.load_model("llama3-70b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 7, 8),
+                      pm.JobSpec(global_batch=512, seq_len=8192), top=3)
+    assert seven.empty and "no parallel size can take the factor 7 of 7 GPUs" in seven.attrs["why_empty"]
