@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
-from perfmodel.errors import InputError, from_validation_error, read_text_file
+from perfmodel.errors import InputError, file_stamp, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
 from perfmodel.specs.checks import strict_number
@@ -242,22 +242,12 @@ def load_calibration(path: str | Path | None) -> Calibration:
     own copy (a caller that changes one changes no other), read again where the file changed since."""
     if path is None:
         return _default().model_copy(deep=True)
-    return _load(str(path), _stamp(Path(path))).model_copy(deep=True)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    """(modification time in ns, size), the cache key that rereads an edited file; None where it cannot be
-    read (``_load`` names why)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
+    return _load(str(path), file_stamp(path)).model_copy(deep=True)
 
 
 def _default() -> Calibration:
     if DEFAULT_PROFILE_PATH.is_file():
-        return _load(str(DEFAULT_PROFILE_PATH), _stamp(DEFAULT_PROFILE_PATH))
+        return _load(str(DEFAULT_PROFILE_PATH), file_stamp(DEFAULT_PROFILE_PATH))
     return _missing_default()
 
 
@@ -271,7 +261,7 @@ def _missing_default() -> Calibration:
 
 @lru_cache(maxsize=16)
 def _load(path_str: str, stamp: tuple[int, int] | None) -> Calibration:
-    """(``stamp``: ``_stamp``, part of the cache key only)"""
+    """(``stamp``: ``errors.file_stamp``, part of the cache key only)"""
     path = Path(path_str)
     text = read_text_file(path, "calibration")
     data = load_yaml(text, "calibration", str(path))

@@ -111,6 +111,16 @@ def require_regular_file(path, field: str, where: str | None = None) -> None:
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+def file_stamp(path) -> tuple[int, int] | None:
+    """(modification time in ns, size) of a file, a cache key that rereads a file edited since; None where it
+    cannot be read (the reader then names why)."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def is_gzip(path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == GZIP_MAGIC

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from perfmodel.errors import InputError, UnknownName, from_validation_error, read_text_file
+from perfmodel.errors import InputError, UnknownName, file_stamp, from_validation_error, read_text_file
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.specs.model import ModelSpec
 from perfmodel.structured_text import load_json, load_yaml
@@ -266,15 +266,9 @@ def load_model(ref: str | Path) -> ModelSpec:
         raise from_validation_error(exc, "model", where=str(path)) from None
 
 
-def _file_stamp(path: Path) -> tuple[int, int]:
-    """(modification time in ns, size) of a file: a cache keyed on it rereads a file edited since."""
-    st = path.stat()
-    return st.st_mtime_ns, st.st_size
-
-
 @lru_cache(maxsize=64)
-def _load_gpu_file(path_str: str, stamp: tuple[int, int]) -> AcceleratorSpec:
-    """(``stamp``: ``_file_stamp``, part of the cache key only)"""
+def _load_gpu_file(path_str: str, stamp: tuple[int, int] | None) -> AcceleratorSpec:
+    """(``stamp``: ``errors.file_stamp``, part of the cache key only)"""
     path = Path(path_str)
     data = _read_yaml(path, "gpu")
     if not isinstance(data, dict):
@@ -299,7 +293,7 @@ def load_gpu(ref: str | Path) -> AcceleratorSpec:
 def _cached_gpu(ref: str) -> AcceleratorSpec:
     path = PROFILES_DIR / f"{ref}.yaml"
     if path.is_file():
-        return _load_gpu_file(str(path), _file_stamp(path))
+        return _load_gpu_file(str(path), file_stamp(path))
     if not _looks_like_path(ref) and not PROFILES_DIR.is_dir():
         raise InputError("gpu", f"the GPU catalog {PROFILES_DIR} is missing: perfmodel runs from its checkout "
                          "(pip install -e . in the repository, as the README says), not from a copied wheel")
@@ -310,4 +304,4 @@ def _cached_gpu(ref: str) -> AcceleratorSpec:
         raise InputError("gpu", f"'{ref}' is a folder, not a hardware-profile YAML")
     if not file.is_file():
         raise InputError("gpu", f"'{ref}' is not a regular file" if file.exists() else f"no such file '{ref}'")
-    return _load_gpu_file(str(file.resolve()), _file_stamp(file))
+    return _load_gpu_file(str(file.resolve()), file_stamp(file))

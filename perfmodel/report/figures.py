@@ -29,11 +29,18 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def layout_label(rec: Mapping) -> str:
+    """``tp2 pp4 dp16 cp4-ulysses``: a configuration's parallel sizes (cp, with its kind, where it splits the
+    sequence)."""
+    text = f"tp{int(rec['tp'])} pp{int(rec['pp'])} dp{int(rec['dp'])}"
+    if int(rec.get("cp", 1) or 1) > 1:
+        text += f" cp{int(rec['cp'])}-" + ("ulysses" if rec.get("cp_kind") == "ulysses" else "ring")
+    return text
+
+
 def candidate_label(rec: Mapping, rank: int | None = None) -> str:
     """``#1 tp4 pp4 dp32 vpp5 mb1 sp zero1`` (recompute only when on)."""
-    parts = [f"tp{int(rec['tp'])}", f"pp{int(rec['pp'])}", f"dp{int(rec['dp'])}"]
-    if int(rec.get("cp", 1)) > 1:
-        parts.append(f"cp{int(rec['cp'])}-" + ("ulysses" if rec.get("cp_kind") == "ulysses" else "ring"))
+    parts = [layout_label(rec)]
     if int(rec.get("vpp", 1)) > 1:
         parts.append(f"vpp{int(rec['vpp'])}")
     parts.append(f"mb{int(rec['micro_batch'])}")

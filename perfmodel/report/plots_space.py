@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from perfmodel.report.colors import HEATMAP_CMAP, SERIES
-from perfmodel.report.figures import new_figure
+from perfmodel.report.figures import layout_label, new_figure
 
 
 def heatmap_figure(heatmap: pd.DataFrame, best_tp: int | None = None, best_pp: int | None = None) -> Figure:
@@ -72,8 +72,7 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
                label=f"linear scaling from {int(g[ref]):,} GPUs")
     top = max(float(np.nanmax(per_gpu)) * 1.3, 1.0) if np.isfinite(per_gpu).any() else 1.0
     for k, (gi, yi, rec) in enumerate(zip(g, per_gpu, df.to_dict("records"))):
-        layout = f"tp{int(rec['tp'])} pp{int(rec['pp'])} dp{int(rec['dp'])}" + (
-            f" cp{int(rec['cp'])}" if rec["cp"] > 1 else "")
+        layout = layout_label(rec)
         total = float(rec["tokens_per_s"])
         text = f"{layout}\n{total / 1e6:,.2f} M tok/s" if total >= 1e6 else f"{layout}\n{total / 1e3:,.0f} k tok/s"
         # labels alternate above and below the curve, so neighbours do not run into each other

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from perfmodel.report.colors import SERIES, category_color
-from perfmodel.report.figures import new_figure
+from perfmodel.report.figures import layout_label, new_figure
 
 #: axis labels with units, per swept variable
 AXIS_LABELS = {
@@ -30,14 +30,6 @@ def _fmt(var: str, value) -> str:
     if var in NUMERIC:
         return f"{value:,.0f}"
     return str(value)
-
-
-def _layout(r) -> str:
-    """``tp2 pp4 dp16 cp4-ulysses``: the winner's parallel sizes (cp where it splits the sequence)."""
-    text = f"tp{int(r['tp'])} pp{int(r['pp'])} dp{int(r['dp'])}"
-    if int(r.get("cp", 1) or 1) > 1:
-        text += f" cp{int(r['cp'])}" + ("-ulysses" if r.get("cp_kind") == "ulysses" else "")
-    return text
 
 
 def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str | None = None) -> Figure:
@@ -69,7 +61,7 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
                 bars = ax.bar(pos, y, width=width * 0.95, color=color, label=name)
                 text = [f"{v:,.0f}" if col != "mfu" else f"{v:.1f}%" for v in y]
                 if col != "mfu" and df.attrs.get("mode") == "best":
-                    text = [f"{t}\n{_layout(r)}" for t, r in zip(text, sub.to_dict("records"))]
+                    text = [f"{t}\n{layout_label(r)}" for t, r in zip(text, sub.to_dict("records"))]
                 ax.bar_label(bars, text, fontsize=7.5, padding=2)
         if numeric:
             # a point with no configuration (invalid, or nothing fits) is a grey cross on the axis, as in report

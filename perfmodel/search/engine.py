@@ -87,6 +87,11 @@ class Evaluated:
                          self.n_valid, self.least_memory_gib)
 
 
+def commonest(rejected: dict[str, int], k: int) -> str:
+    """The ``k`` rules of ``rejected`` (rule -> configurations) that rejected the most: ``rule (n); ...``."""
+    return "; ".join(f"{rule} ({n:,})" for rule, n in sorted(rejected.items(), key=lambda kv: -kv[1])[:k])
+
+
 @dataclass
 class SearchResult:
     """What a search found: the ranked feasible candidates plus the counts CONTRACT.md names."""
@@ -112,8 +117,7 @@ class SearchResult:
             ev.n_gpus, m.n_heads, m.n_layers, j.seq_len, j.global_batch, j.framework)
         if factor is not None:
             return rules.unplaceable_text(ev.n_gpus, factor, m.n_heads, m.n_layers, j.seq_len, j.global_batch)
-        reasons = sorted(ev.rejected.items(), key=lambda kv: -kv[1])[:3]
-        return "; ".join(f"{rule} ({n:,})" for rule, n in reasons)
+        return commonest(ev.rejected, 3)
 
     def contract_json(self, top: int) -> dict:
         rows = []
@@ -150,8 +154,7 @@ class SearchResult:
 
     def commonest_rejections(self, k: int = 3) -> str:
         """The ``k`` rules that rejected the most configurations, with their counts: ``rule (n); ...``."""
-        reasons = sorted(self.rejected.items(), key=lambda kv: -kv[1])[:k]
-        return "; ".join(f"{rule} ({n:,})" for rule, n in reasons)
+        return commonest(self.rejected, k)
 
     def why_none_feasible(self, hbm_capacity_gib: float) -> str:
         """Why no configuration is feasible: none fits in memory (the least any needs, against the GPU's

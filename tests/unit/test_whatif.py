@@ -236,7 +236,7 @@ def test_whatif_names_the_cp_kind_and_takes_the_layout_options_of_estimate(tmp_p
     from typer.testing import CliRunner
 
     from perfmodel.cli import app
-    from perfmodel.report.plots_whatif import _layout
+    from perfmodel.report.figures import layout_label as _layout
 
     base = ["whatif", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "512", "--seq-len", "8192",
             "--global-batch", "512", "--vary", "gpus=512", "--json"]
@@ -248,6 +248,7 @@ def test_whatif_names_the_cp_kind_and_takes_the_layout_options_of_estimate(tmp_p
     again = json.loads(CliRunner().invoke(app, base + fixed).stdout)["points"][0]
     assert again["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-12)
     assert _layout(dict(tp=2, pp=4, dp=16, cp=4, cp_kind="ulysses")) == "tp2 pp4 dp16 cp4-ulysses"
+    assert _layout(dict(tp=2, pp=4, dp=16, cp=4, cp_kind="ring")) == "tp2 pp4 dp16 cp4-ring"
     r = CliRunner().invoke(app, base[:-3] + ["--vary", "gpus=512,512"])
     assert r.exit_code == 2 and "vary.gpus: lists 512 more than once" in r.stderr
 
