@@ -18,11 +18,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
 from perfmodel.errors import InputError, file_stamp, from_validation_error, read_text_file
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
+from perfmodel.shipped import data_root
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
 from perfmodel.specs.checks import strict_number
 from perfmodel.structured_text import load_yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+#: the folder the shipped profile and the paths its provenance names are relative to (perfmodel.shipped)
+REPO_ROOT = data_root()
 DEFAULT_PROFILE_PATH = REPO_ROOT / "calibration" / "default_profile.yaml"
 
 #: what a fabric's entry in ``networks`` may set (fitted by ``perfmodel.calibrate.fit_collectives``;
@@ -253,9 +255,10 @@ def _default() -> Calibration:
 
 @lru_cache(maxsize=1)
 def _missing_default() -> Calibration:
-    # never silently uncalibrated: a checkout always has it; an install without the checkout does not (said once)
+    # never silently uncalibrated: a checkout and a wheel built from one have it; a damaged install may not
     print(f"warning: calibration: the shipped profile {DEFAULT_PROFILE_PATH} is missing; predictions use "
-          "datasheet numbers only (install with pip install -e . in the repository)", file=sys.stderr)
+          "datasheet numbers only (reinstall perfmodel: pip install . or pip install -e . in the repository)",
+          file=sys.stderr)
     return EMPTY
 
 

@@ -12,12 +12,14 @@ import yaml
 from pydantic import ValidationError
 
 from perfmodel.errors import InputError, UnknownName, file_stamp, from_validation_error, read_text_file
+from perfmodel.shipped import data_root
 from perfmodel.specs.hardware import AcceleratorSpec
 from perfmodel.specs.model import ModelSpec
 from perfmodel.structured_text import load_json, load_yaml
 
 CATALOG_DIR = Path(__file__).resolve().parent
-PROFILES_DIR = CATALOG_DIR.parents[1] / "hardware_profiles"
+#: the GPU catalog: hardware_profiles/ of the checkout, or its copy in an installed wheel (perfmodel.shipped)
+PROFILES_DIR = data_root() / "hardware_profiles"
 
 
 def _read_yaml(path: Path, field: str) -> object:
@@ -295,8 +297,8 @@ def _cached_gpu(ref: str) -> AcceleratorSpec:
     if path.is_file():
         return _load_gpu_file(str(path), file_stamp(path))
     if not _looks_like_path(ref) and not PROFILES_DIR.is_dir():
-        raise InputError("gpu", f"the GPU catalog {PROFILES_DIR} is missing: perfmodel runs from its checkout "
-                         "(pip install -e . in the repository, as the README says), not from a copied wheel")
+        raise InputError("gpu", f"the GPU catalog {PROFILES_DIR} is missing from this installation (reinstall "
+                         "perfmodel: pip install . or pip install -e . in the repository)")
     if not _looks_like_path(ref):
         raise UnknownName("gpu", f"unknown GPU '{ref}' (known: {', '.join(gpu_names())}; or a profile .yaml path)")
     file = Path(ref)
