@@ -86,8 +86,17 @@ NO_ZEROPP_STACKS = frozenset(name for name in PROFILES if name != "generic") - Z
 #: torchtitan raises "DDP has not supported > 1D parallelism" where dp_replicate > 1 on a mesh of more
 #: than one dimension (models/llama3/infra/parallelize.py), and with cp > 1 it shards anyway
 #: (parallel_dims.py: fsdp_enabled = dp_shard_enabled or cp_enabled); with dp = cp = 1 (pure TP / PP)
-#: neither DDP nor FSDP is applied, which is zero_stage 0
+#: neither DDP nor FSDP is applied, which is zero_stage 0 (and trains in float32: AMP_NEEDS_FSDP)
 DDP_1D_ONLY = frozenset({"torchtitan"})
+#: stacks whose mixed precision comes from FSDP (fully_shard's MixedPrecisionPolicy) or, for plain DDP or one
+#: device, torch.autocast: torchtitan's maybe_enable_amp (torchtitan/distributed/utils.py) turns it off with
+#: "Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled" where TP or PP
+#: runs with neither a sharded data-parallel degree nor CP: the job trains in float32, not the costed type
+AMP_NEEDS_FSDP = frozenset({"torchtitan"})
+#: stacks that need the sequence length to be a multiple of 2 x tp x cp, whatever the CP: torchtitan's
+#: ParallelDims.seq_len_divisor (tp for sequence parallelism, 2 cp for load-balanced CP chunks), asserted
+#: in its models' parallelize functions
+SEQ_LEN_DIVISOR_2_TP_CP = frozenset({"torchtitan"})
 #: stacks whose tensor parallelism needs whole key/value heads per rank: Megatron-Core's TransformerConfig
 #: ("num_query_groups ... must be a multiple of tensor_model_parallel_size"), nanotron's attention
 #: ("Number of key/value heads ... must be divisible by TP size"), torchtitan's (its k/v projections are
@@ -168,9 +177,11 @@ def torchtitan_layers_per_stage(n_layers, pp, vpp):
 
 
 def torchtitan_split_ok(n_layers, pp, vpp):
-    """Whether torchtitan can run pp x vpp (virtual) stages: its default split (vpp 1 or 2) or a
-    ``pipeline_parallel_layers_per_stage`` (``torchtitan_layers_per_stage``)."""
-    return (np.asarray(vpp) <= 2) | (torchtitan_layers_per_stage(n_layers, pp, vpp) > 0)
+    """Whether torchtitan can run pp x vpp (virtual) stages: its default split (vpp 1 or 2, into at most
+    n_layers + 2 stages: generate_llm_fqn_per_model_part raises "Number of stages ... cannot be greater than
+    effective layers") or a ``pipeline_parallel_layers_per_stage`` (``torchtitan_layers_per_stage``)."""
+    default = (np.asarray(vpp) <= 2) & (np.asarray(pp) * np.asarray(vpp) <= np.asarray(n_layers) + 2)
+    return default | (torchtitan_layers_per_stage(n_layers, pp, vpp) > 0)
 
 
 def job_values(model, cluster, job) -> dict:
@@ -320,9 +331,9 @@ SP_STACK = Rule(23, "sp", "must be on with tp > 1 in this framework (its TP plan
                 lambda x: (x["sp"] == 0) & (x["tp"] > 1) & _framework_in(x, SP_ALWAYS), ("sp", "tp", "framework"))
 CP_SEQ = Rule(18, "cp", "must divide seq_len", lambda x: x["seq_len"] % x["cp"] != 0, ("cp", "seq_len"))
 TT_PP_SPLIT = Rule(
-    25, "vpp", "with torchtitan must be 1 or 2, or give pp x vpp stages through a pipeline_parallel_layers_per_stage "
-    "(its pipeline split makes ceil((n_layers + 2) / layers_per_stage) stages, embedding and output counted as "
-    "one layer each)",
+    25, "vpp", "with torchtitan must be 1 or 2 (at most n_layers + 2 stages in all), or give pp x vpp stages "
+    "through a pipeline_parallel_layers_per_stage (its pipeline split makes ceil((n_layers + 2) / "
+    "layers_per_stage) stages, embedding and output counted as one layer each)",
     lambda x: (x["pp"] > 1) & _framework_in(x, PP_LAYERS_PER_STAGE) & np.logical_not(
         torchtitan_split_ok(x["n_layers"], x["pp"], x["vpp"])),
     ("pp", "vpp", "n_layers", "framework"))
@@ -352,6 +363,14 @@ TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with cp > 1, or with dp > 1 an
               "(its DDP replicates over a 1-D mesh only; without dp or cp no data parallelism is applied)",
               lambda x: (x["zero_stage"] == 0) & ((x["cp"] > 1) | ((x["dp"] > 1) & ((x["tp"] > 1) | (x["pp"] > 1))))
               & _framework_in(x, DDP_1D_ONLY), ("zero_stage", "dp", "tp", "pp", "cp", "framework"))
+TT_AMP = Rule(42, "dp", "must be above 1 (FSDP), or cp above 1, with tp or pp > 1 in this framework: without "
+              "them torchtitan turns mixed precision off and trains in float32 (maybe_enable_amp)",
+              lambda x: (x["dp"] == 1) & (x["cp"] == 1) & ((x["tp"] > 1) | (x["pp"] > 1))
+              & _framework_in(x, AMP_NEEDS_FSDP), ("dp", "cp", "tp", "pp", "framework"))
+TT_SEQ = Rule(43, "seq_len", "must be a multiple of 2 x tp x cp in this framework (torchtitan's "
+              "ParallelDims.seq_len_divisor)",
+              lambda x: (x["seq_len"] % (2 * x["tp"] * x["cp"]) != 0) & _framework_in(x, SEQ_LEN_DIVISOR_2_TP_CP),
+              ("seq_len", "tp", "cp", "framework"))
 TP_KV_STACK = Rule(32, "tp", "must divide n_kv_heads in this framework (each rank holds whole key/value heads)",
                    lambda x: (x["n_kv_heads"] % x["tp"] != 0) & _framework_in(x, KV_HEADS_PER_RANK),
                    ("tp", "n_kv_heads", "framework"))
@@ -396,7 +415,8 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SE
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
 CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
-                    AUTOTP_2D, TT_DDP, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ, HPZ_TP)
+                    AUTOTP_2D, TT_DDP, TT_AMP, TT_SEQ, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ,
+                    HPZ_TP)
 #: the search's pruning on top: equivalent duplicates (sp without tp, ZeRO without dp) and TP
 #: beyond two NVLink domains are never worth costing
 SEARCH_ONLY_RULES = (TP_DOMAINS, DP_BATCH, SP_TP, ZERO_DP)

@@ -23,11 +23,13 @@ Flag and key names are the projects' own (checked against their sources):
   contiguous_gradients, zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients),
   ``deepspeed/runtime/activation_checkpointing/config.py`` (partition_activations,
   contiguous_memory_optimization, cpu_checkpointing).
-* torchtitan ``torchtitan/config/job_config.py``: [training] local_batch_size, global_batch_size,
-  seq_len; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
-  fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
+* torchtitan ``torchtitan/config/job_config.py`` at commit 6404b932 (mid-2025; its TOML job config
+  changes often: ``TORCHTITAN_VERSION``): [training] local_batch_size (from PR #1238, June 2025),
+  global_batch_size, seq_len, compile; [parallelism] data_parallel_replicate_degree,
+  data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
   pipeline_parallel_schedule, pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage,
-  context_parallel_degree; [activation_checkpoint] mode, selective_ac_option.
+  context_parallel_degree; [activation_checkpoint] mode, selective_ac_option; [model] converters
+  ("float8" until PR #1701, September 2025, later quantize.linear.float8).
 """
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ from perfmodel.rules import AUTOTP, ZEROPP_STACKS, torchtitan_layers_per_stage, 
 from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
+#: the torchtitan whose TOML keys are emitted (the first line of the emitted text says it)
+TORCHTITAN_VERSION = ("torchtitan TOML job config as torchtitan/config/job_config.py at commit 6404b932 (mid-2025) "
+                      "reads it; its keys change between releases")
 
 _FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
@@ -304,10 +309,13 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
     reshard = "default" if c["zero"] >= 3 else "never"
     local = job.global_batch // dp if c["pp"] > 1 else c["mb"]
     lines = [
+        f"# {TORCHTITAN_VERSION}",
         "[training]",
         f"local_batch_size = {local}",
         f"global_batch_size = {job.global_batch}",
         f"seq_len = {job.seq_len}",
+        # the torchtitan rates perfmodel costs with are measured runs of compiled models
+        "compile = true",
         "",
         "[parallelism]",
         f"data_parallel_replicate_degree = {replicate}",
@@ -440,6 +448,9 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "gives that many; its default split (2 stages per rank) is emitted")
         if job.precision in ("mxfp8", "nvfp4"):
             notes.append(f"{job.precision} is not emitted: enable torchtitan's MX converter for it")
+        if job.precision == "fp8":
+            notes.append("converters = [\"float8\"] is the name of torchtitan releases up to September 2025; later "
+                         "ones name the converter quantize.linear.float8 (with a [quantize.linear.float8] section)")
         if job.precision == "fp16":
             notes.append("fp16 was costed, but torchtitan's mixed precision takes bfloat16 or float32 only "
                          "([training] mixed_precision_param): on a GPU without bf16 tensor cores (V100) "

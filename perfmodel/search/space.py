@@ -82,7 +82,8 @@ def layout_grid(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> tuple[d
     # the CP kind is chosen later, with ring CP's own rule (seq_len divisible by 2 cp)
     x = {**rules.job_values(model, cluster, job), "tp": tp, "pp": pp, "cp": cp, "dp": dp}
     reason = reason_codes((rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_KV_STACK, rules.TP_DOMAINS,
-                           rules.PP_LAYERS, rules.CP_SEQ, rules.DP_BATCH, rules.AUTOTP_2D), x, tp.shape)
+                           rules.PP_LAYERS, rules.CP_SEQ, rules.DP_BATCH, rules.AUTOTP_2D, rules.TT_AMP, rules.TT_SEQ),
+                          x, tp.shape)
     return {"tp": tp, "pp": pp, "cp": cp, "dp": dp}, reason
 
 

@@ -7,8 +7,9 @@ The reference name lists below are copied from the projects' sources:
   _add_distributed_args, _add_mixed_precision_args, _add_transformer_engine_args).
 * DeepSpeed ``deepspeed/runtime/constants.py`` (top-level keys), ``deepspeed/runtime/zero/config.py``
   (``DeepSpeedZeroConfig`` fields) and ``deepspeed/runtime/activation_checkpointing/config.py``.
-* torchtitan ``torchtitan/config/job_config.py`` (``Training``, ``Parallelism``,
-  ``ActivationCheckpoint`` dataclass fields).
+* torchtitan ``torchtitan/config/job_config.py`` at commit 6404b932 (``Training``, ``Parallelism``,
+  ``ActivationCheckpoint``, ``Model`` dataclass fields; ``Model.converters``' docstring names the ``float8``
+  converter).
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ DEEPSPEED_AC = {"partition_activations", "contiguous_memory_optimization", "cpu_
                 "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
 
 TORCHTITAN = {
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps"},
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps", "compile",
+                 "mixed_precision_param", "mixed_precision_reduce"},
     "parallelism": {
         "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
         "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
@@ -81,6 +83,9 @@ TORCHTITAN = {
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "model": {"name", "flavor", "converters"},
 }
+#: the fp8 converter's name at that commit (``Model.converters``' docstring: "the `float8` converter swaps
+#: `torch.nn.Linear` with `Float8Linear`")
+TORCHTITAN_FP8_CONVERTER = "float8"
 
 ROWS = [
     dict(tp=4, pp=8, dp=32, cp=1, vpp=12, micro_batch=2, sp=True, zero_stage=1, zeropp="", recompute="none"),
@@ -144,6 +149,23 @@ def test_torchtitan_toml_is_real(row):
     assert par["context_parallel_degree"] == row["cp"]
     assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == row["dp"]
     assert doc["activation_checkpoint"]["mode"] == row["recompute"]
+
+
+def test_torchtitan_toml_names_the_version_it_is_written_for():
+    """The job config's keys change between torchtitan releases: the text says which one it follows,
+    compiles the model as the runs the torchtitan rates come from did, and names the fp8 converter of that
+    version, with a note for later ones."""
+    from perfmodel.search.emit import TORCHTITAN_VERSION
+
+    model = pm.load_model("llama3-70b")
+    text = torchtitan_toml(model, _job("fp8", "torchtitan"), ROWS[1])
+    assert text.splitlines()[0] == f"# {TORCHTITAN_VERSION}" and "6404b932" in TORCHTITAN_VERSION
+    doc = tomllib.loads(text)
+    assert doc["training"]["compile"] is True
+    assert doc["model"]["converters"] == [TORCHTITAN_FP8_CONVERTER]
+    notes = emit_notes("torchtitan", model, _job("fp8", "torchtitan"), ROWS[1])
+    assert any("quantize.linear.float8" in n for n in notes)
+    assert not any("quantize" in n for n in emit_notes("torchtitan", model, _job("bf16", "torchtitan"), ROWS[1]))
 
 
 @pytest.mark.parametrize("target", ["megatron", "deepspeed", "torchtitan"])

@@ -305,15 +305,19 @@ def test_report_prints_the_models_notes(tmp_path):
     assert "sliding_window" in next((tmp_path / "r").glob("*.html")).read_text()
 
 
-def test_torchtitan_search_considers_pure_tensor_parallelism():
-    """A torchtitan search on one node tries tp 8 with dp 1 (no DDP, no FSDP: zero_stage 0), which its
-    DDP rule used to exclude, so that the search saw only tp 1, 2 and 4 (reviewer's Llama-3 8B job)."""
+def test_torchtitan_search_offers_tensor_parallelism_only_with_fsdp_or_cp():
+    """A torchtitan search on one node tries tp 8 only with CP beside it: tp 8 with dp 1 and cp 1 (no DDP,
+    no FSDP) trains in float32 there (maybe_enable_amp turns mixed precision off without FSDP or CP: rule
+    TT_AMP), and DDP does not compose with TP (rule TT_DDP); tp 1, 2 and 4 keep FSDP (reviewer's Llama-3 8B
+    job)."""
     model = pm.load_model("llama3-8b")
     cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 8, 8)
-    df = run_search(model, cluster, pm.JobSpec(global_batch=128, seq_len=8192, framework="torchtitan"),
-                    top=100000).candidates
-    pure_tp = df[(df.tp == 8) & (df.dp == 1)]
-    assert len(pure_tp) and set(pure_tp.zero_stage) == {0}
+    res = run_search(model, cluster, pm.JobSpec(global_batch=128, seq_len=8192, framework="torchtitan"),
+                     top=100000)
+    df = res.candidates
+    assert not len(df[(df.tp == 8) & (df.dp == 1) & (df.cp == 1)])
+    assert res.rejected.get(rules.TT_AMP.reason, 0) > 0
+    assert set(df[df.tp > 1].zero_stage) == {3} and {1, 2, 4} <= set(df.tp)
     assert not len(df[(df.zero_stage == 0) & (df.dp > 1) & ((df.tp > 1) | (df.pp > 1))])
 
 
