@@ -383,6 +383,27 @@ from perfmodel.report.whatif_command import whatif_command as _whatif  # noqa: E
 app.command("whatif")(_whatif)
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from perfmodel.calibration_profile import DEFAULT_PROFILE_PATH, load_calibration
+    from perfmodel.shipped import data_root, package_version
+
+    created = load_calibration(None).provenance.get("created")
+    profile = (f"calibrated profile {DEFAULT_PROFILE_PATH} of {created}" if DEFAULT_PROFILE_PATH.is_file()
+               else "no calibrated profile")
+    typer.echo(f"perfmodel {package_version()} (GPU catalog {data_root() / 'hardware_profiles'}; {profile})")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print perfmodel's version, where its GPU catalog and calibrated profile are read from, and exit.")]
+        = False) -> None:
+    """Analytical performance model and parallelism tuner for LLM training."""
+
+
 def main() -> None:
     """Entry point: every failure ends in one ``error:`` line (exit 2 for bad input), never a traceback.
     The inputs' ``note:`` lines (``errors.say_note``) are held until the command ends: a run refused for

@@ -43,3 +43,14 @@ def copy_shipped(source_root: Path, target: Path) -> list[Path]:
             shutil.copyfile(file, folder / file.name)
             written.append(folder / file.name)
     return written
+
+
+def package_version() -> str:
+    """The installed distribution's version (its metadata), or 'unknown' for a package run from a path
+    without it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perfmodel")
+    except PackageNotFoundError:
+        return "unknown"

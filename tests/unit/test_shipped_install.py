@@ -60,6 +60,10 @@ def test_an_installed_package_answers_as_the_checkout(tmp_path):
     assert installed.stdout == checkout.stdout  # same catalog GPU, same fitted profile
     probe = _perfmodel(["--help"], work, site)
     assert probe.returncode == 0
+    said = _perfmodel(["--version"], work, site)
+    assert said.returncode == 0 and len(said.stdout.splitlines()) == 1
+    assert f"GPU catalog {site / 'perfmodel' / '_shipped' / 'hardware_profiles'};" in said.stdout
+    assert "_shipped/calibration/default_profile.yaml of 20" in said.stdout
     listing = subprocess.run([sys.executable, "-c", "from perfmodel.catalog import gpu_names, PROFILES_DIR; "
                               "print(PROFILES_DIR); print(len(gpu_names()))"], cwd=work, capture_output=True,
                              text=True, env={"PYTHONPATH": str(site)}, check=True).stdout.split()
@@ -95,3 +99,14 @@ def test_the_built_wheel_carries_the_shipped_files(tmp_path):
         src = ROOT / rel
         for file in (sorted(src.glob("*.yaml")) if src.is_dir() else [src]):
             assert f"perfmodel/_shipped/{file.relative_to(ROOT).as_posix()}" in names
+
+
+def test_version_names_the_release_and_the_data_it_reads(monkeypatch, capsys):
+    from importlib.metadata import version
+
+    from cli_helpers import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "--version")
+    assert code == 0 and err == ""
+    assert out.startswith(f"perfmodel {version('perfmodel')} (GPU catalog {ROOT / 'hardware_profiles'}; ")
+    assert str(ROOT / "calibration" / "default_profile.yaml") in out
