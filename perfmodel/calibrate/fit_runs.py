@@ -22,6 +22,10 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
 * derived, not fitted: the generic profile's kernel_efficiency (a stack with no profile of its own, or
   a blank framework cell), the median of the values the written profile holds for the named stacks.
 
+Row counts ("100+ rows") count distinct configurations: a run listed twice is one more measurement of
+the same step, which the residuals weigh, not more evidence for a parameter. The fit runs from two starts
+(the overheads small, and ten times larger, ``_least_squares_from_starts``) and keeps the lower cost.
+
 Never a constant per row; a row's measured value is used only in its own residual.
 """
 from __future__ import annotations
@@ -58,6 +62,8 @@ GLOBAL_PARAMS = {
 }
 #: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
 ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
+#: the thresholds below count distinct configurations (``_first_of_each_configuration``): a run measured
+#: twice is one more measurement of the same step, not more evidence for a parameter
 MIN_ROWS_FRAMEWORK = 5
 MIN_ROWS_OVERHEADS = 100
 #: a framework with fewer rows still identifies its per-micro-batch overhead where its runs vary the
@@ -105,6 +111,18 @@ def _gpu_states(df: pd.DataFrame, base: Calibration, field: str) -> np.ndarray:
     return names.map(states).to_numpy(dtype=bool)
 
 
+def _first_of_each_configuration(inputs: dict, labels: list[np.ndarray], n: int) -> np.ndarray:
+    """True on the first row of each distinct configuration: rows whose costed inputs (every array the
+    step model reads) and ``labels`` (stack, fabric) are equal are one configuration."""
+    columns = [np.broadcast_to(np.asarray(v, dtype=float), (n,)) for _, v in sorted(inputs.items())
+               if np.ndim(v) <= 1 and np.asarray(v).dtype.kind in "biuf"]
+    codes = [np.unique(np.asarray(lab, dtype=str), return_inverse=True)[1].astype(float) for lab in labels]
+    table = np.nan_to_num(np.column_stack(columns + codes), nan=-1.0, posinf=-2.0, neginf=-3.0)
+    first = np.zeros(n, dtype=bool)
+    first[np.unique(table, axis=0, return_index=True)[1]] = True
+    return first
+
+
 def _prepare(df: pd.DataFrame, base: Calibration):
     inputs, status, _, recompute_given = runs_to_inputs(df, base)
     tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(c))})
@@ -116,6 +134,26 @@ def _prepare(df: pd.DataFrame, base: Calibration):
     truth = measured_tokens_per_s_per_gpu(df)
     ok = (status == "ok") & np.isfinite(truth) & (truth > 0)
     return inputs, ok, truth
+
+
+#: the second start's overheads, as a multiple of their first start (``_least_squares_from_starts``)
+OVERHEAD_SECOND_START = 10.0
+
+
+def _least_squares_from_starts(residual, names, x0, lo, hi):
+    """The lower-cost of two bounded least-squares fits: one from ``x0``, and, where per-stack overheads are
+    fitted, one with them ``OVERHEAD_SECOND_START`` x larger. A stack's fixed costs and its kernel rate trade
+    off, and the fit has two basins there (nanotron's 1,241 runs: the kernel rate at its bound with a 21 ms
+    pipeline overhead, or just below with 57 ms; robust cost 0.06245 vs 0.06234): which one a single start
+    reaches depended on parameters the runs do not inform."""
+    lo, hi = np.array(lo), np.array(hi)
+    starts = [np.array(x0, dtype=float)]
+    overhead = np.array([p in OVERHEAD_PARAMS for _, _, p in names], dtype=bool)
+    if overhead.any():
+        starts.append(np.where(overhead, starts[0] * OVERHEAD_SECOND_START, starts[0]))
+    fits = [least_squares(residual, np.clip(x, lo + 1e-12, hi - 1e-12), bounds=(lo, hi), loss="linear",
+                          x_scale="jac", diff_step=1e-3, max_nfev=200) for x in starts]
+    return min(fits, key=lambda r: r.cost)
 
 
 def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFrame | None = None) -> RunsFit:
@@ -145,6 +183,9 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 
     # fabrics whose congestion the base calibration fixes (from collective benchmarks) keep it
     network_fixed = np.array([("congestion_nodes" in base.networks.get(n, {})) for n in network])
+    # which parameters the runs can inform is counted over distinct configurations (repeats fit as
+    # measurements, weighted above, but unlock nothing)
+    counted = ok & _first_of_each_configuration(inputs, [framework, network], len(df))
     names: list[tuple[str, str, str]] = []  # (kind, key, param)
     lo, hi, x0 = [], [], []
 
@@ -157,7 +198,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     # cross-node TP: a fabric with many such runs gets its own efficiency when other fabrics' runs
     # remain to fit the shared value (which then serves every fabric without its own)
     tp_cross = ok & (inputs["tp"] > inputs["nvlink_domain_gpus"])
-    tp_nets, tp_counts = np.unique(network[tp_cross], return_counts=True)
+    tp_nets, tp_counts = np.unique(network[tp_cross & counted], return_counts=True)
     own_tp = {n for n, c in zip(tp_nets.tolist(), tp_counts.tolist()) if n and c >= MIN_ROWS_OVERHEADS}
     if not (tp_cross & ~np.isin(network, list(own_tp))).any():
         own_tp = set()
@@ -174,12 +215,12 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
             add("global", "", p, b)
     for net in sorted(own_tp):
         add("network", net, "tp_internode_efficiency", GLOBAL_PARAMS["tp_internode_efficiency"])
-    nets, net_counts = np.unique(network[ok & (n_nodes > 1)], return_counts=True)
+    nets, net_counts = np.unique(network[counted & (n_nodes > 1)], return_counts=True)
     for net, cnt in zip(nets, net_counts):
         # a fabric whose congestion the collective benchmarks already fitted keeps that value
         if net and cnt >= MIN_ROWS_OVERHEADS and "congestion_nodes" not in base.networks.get(net, {}):
             add("network", net, "congestion_nodes", (1.0, 4096.0, 8.0))
-    fws, counts = np.unique(framework[ok], return_counts=True)
+    fws, counts = np.unique(framework[counted], return_counts=True)
     seen = dict(zip(fws.tolist(), counts.tolist()))
     if pairs is not None:
         seen.setdefault("deepspeed", 0)  # the ZeRO-3/ZeRO++ pairs inform DeepSpeed without any run of it
@@ -193,7 +234,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         elif cnt >= MIN_ROWS_MICROBATCH_OVERHEAD and np.unique(
                 inputs["micro_batch"][ok & (framework == fw)]).size >= MIN_MICRO_BATCH_SIZES:
             add("framework", fw, "microbatch_overhead_s", OVERHEAD_PARAMS["microbatch_overhead_s"])
-        n_z3 = int((ok & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] * inputs["cp"] > 1)).sum())
+        n_z3 = int((counted & (framework == fw) & (inputs["zero_stage"] >= 3) & (inputs["dp"] * inputs["cp"] > 1)).sum())
         if fw == "deepspeed" and pairs is not None:
             n_z3 += 2 * len(pairs)
             if cnt < MIN_ROWS_FRAMEWORK:
@@ -268,9 +309,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
         pair_pred = pair_flops / step_costs(apply_pairs(x))["iteration_time_s"]
         return np.concatenate([r, _robust(np.log(pair_pred / pair_meas)) * pair_weight])
 
-    x0a = np.clip(np.array(x0), np.array(lo) + 1e-12, np.array(hi) - 1e-12)
-    res = least_squares(residual, x0a, bounds=(lo, hi), loss="linear", x_scale="jac",
-                        diff_step=1e-3, max_nfev=200)
+    res = _least_squares_from_starts(residual, names, x0, lo, hi)
     params: dict[str, float] = {}
     constants = dict(base.constants)
     frameworks = {k: dict(v) for k, v in base.frameworks.items()}
