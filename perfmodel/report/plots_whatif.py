@@ -3,11 +3,12 @@ value of the second. Numeric variables are lines, categorical ones (GPU, calibra
 grouped bars; points that are invalid or do not fit are left out (and named in the title)."""
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from perfmodel.report.colors import SERIES, category_color
+from perfmodel.report.colors import CATEGORICAL, HEATMAP_CMAP, SERIES, category_color
 from perfmodel.report.figures import layout_label, new_figure
 
 #: axis labels with units, per swept variable
@@ -22,6 +23,23 @@ AXIS_LABELS = {
 }
 NUMERIC = {"gpus", "scale_out_gbit_per_s", "seq_len", "global_batch"}
 PANELS = (("tokens_per_s_per_gpu", "tokens/s per GPU", 1.0), ("mfu", "MFU (%)", 100.0))
+#: most x-tick labels and legend entries drawn: a longer sweep labels an evenly spaced subset (its first
+#: and last value always among them) instead of overprinting them
+MOST_LABELS = 12
+
+
+def thinned(n: int, most: int = MOST_LABELS, positions=None) -> list[int]:
+    """Indices of at most ``most`` of ``n`` items, the first and the last included: evenly spaced in
+    ``positions`` (ascending, where the items are drawn: log2 of the values on a log axis), else in index."""
+    if n <= most:
+        return list(range(n))
+    pos = np.arange(n, dtype=float) if positions is None else np.asarray(positions, dtype=float)
+    gap = (pos[-1] - pos[0]) / (most - 1)
+    keep = [0]
+    for i in range(1, n - 1):
+        if pos[i] - pos[keep[-1]] >= gap * 0.999 and pos[-1] - pos[i] >= gap * 0.5:
+            keep.append(i)
+    return keep + [n - 1]
 
 
 def _fmt(var: str, value) -> str:
@@ -46,13 +64,19 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
     if numeric:
         xs = sorted(xs, key=float)
     width = 0.8 / max(len(series), 1)
+    # more numeric series than the categorical cycle has colours: a sequential map, low to high
+    sequential = None
+    if s_var in NUMERIC and len(series) > len(CATEGORICAL):
+        order = np.argsort(np.argsort([float(v) for v in series]))
+        sequential = [matplotlib.colormaps[HEATMAP_CMAP](0.9 * o / (len(series) - 1)) for o in order]
     for ax, (col, label, scale) in zip(axes, PANELS):
         for k, sv in enumerate(series):
             sub = ok if sv is None else ok[ok[s_var] == sv]
             if numeric:  # a line joins the points in x order, whatever order the sweep gave
                 sub = sub.sort_values(x_var, kind="stable", key=lambda col: col.astype(float))
             name = _fmt(s_var, sv) if s_var else "best config" if df.attrs.get("mode") == "best" else "fixed config"
-            color = category_color(k) if s_var else SERIES["throughput" if col != "mfu" else "mfu"]
+            color = (sequential[k] if sequential is not None else category_color(k)) if s_var \
+                else SERIES["throughput" if col != "mfu" else "mfu"]
             y = sub[col].to_numpy(dtype=float) * scale
             if numeric:
                 ax.plot(sub[x_var].to_numpy(dtype=float), y, "o-", color=color, label=name, linewidth=2)
@@ -69,16 +93,30 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
             if len(gone):
                 ax.plot(gone[x_var].to_numpy(dtype=float), np.zeros(len(gone)), "x", color="#888888", markersize=8,
                         markeredgewidth=2, clip_on=False, label="no configuration (invalid or no fit)")
-            if len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 8:
+            log_x = len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 8
+            if log_x:
                 ax.set_xscale("log", base=2)
-            ax.set_xticks([float(v) for v in xs], [_fmt(x_var, v) for v in xs])
+            values = np.array([float(v) for v in xs])
+            shown = thinned(len(xs), positions=np.log2(values) if log_x else values)
+            ax.set_xticks([float(xs[i]) for i in shown], [_fmt(x_var, xs[i]) for i in shown])
+            ax.minorticks_off()
         else:
-            ax.set_xticks(range(len(xs)), [_fmt(x_var, v) for v in xs])
+            shown = thinned(len(xs))
+            ax.set_xticks(shown, [_fmt(x_var, xs[i]) for i in shown])
         ax.set_xlabel(AXIS_LABELS.get(x_var, x_var))
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0, top=(ax.get_ylim()[1] * 1.1))
         if s_var or not numeric or (df["status"] != "ok").any():
-            ax.legend(fontsize=8.5, title=AXIS_LABELS.get(s_var, "") if s_var else None)
+            handles, labels = ax.get_legend_handles_labels()
+            title = AXIS_LABELS.get(s_var, "") if s_var else None
+            if s_var and len(series) > MOST_LABELS:  # name an evenly spaced subset of the series
+                named = {_fmt(s_var, series[i]) for i in thinned(len(series))}
+                every = {_fmt(s_var, sv) for sv in series}
+                keep = [i for i, lab in enumerate(labels) if lab in named or lab not in every]
+                handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
+                title = f"{title} ({len(named)} of {len(series)} series named)"
+            ax.legend(handles, labels, fontsize=8.5 if len(labels) <= 6 else 7.5, title=title,
+                      ncol=1 if len(labels) <= 6 else 2)
     dropped = len(df) - len(ok)
     note = (f" ({dropped} of {len(df)} points invalid or out of memory, "
             + ("crosses on the axis)" if numeric else "not drawn)")) if dropped else ""

@@ -315,3 +315,31 @@ def test_whatif_command_png_title_names_the_fixed_configuration(tmp_path):
     assert res.exit_code == 0, res.output
     assert seen["context"] == ("llama3-8b on 64 x h100-sxm5-80gb, seq len 4,096, global batch 128, megatron-lm; "
                                "fixed: tp2 pp2 mb1 zero1 recompute selective")
+
+
+def test_a_long_sweep_labels_a_readable_subset():
+    """40 GPU counts x 20 bandwidths (reviewer's scale audit: 40 overprinted tick labels and a 20-entry
+    legend over the lines): at most MOST_LABELS tick labels, evenly spaced where they are drawn (log2 axis),
+    the first and last among them; at most MOST_LABELS series named, in a colour per bandwidth."""
+    import numpy as np
+
+    from perfmodel.report.plots_whatif import MOST_LABELS, thinned
+
+    gpus = [64 * i for i in range(1, 41)]
+    bands = [100 * i for i in range(1, 21)]
+    df = pm.whatif(MODEL, CLUSTER, pm.JobSpec(global_batch=2560, seq_len=4096),
+                   {"gpus": gpus, "scale_out_gbit_per_s": bands}, mode="fixed",
+                   parallel=pm.ParallelSpec(tp=8, micro_batch=1))
+    tput = whatif_figure(df).axes[0]
+    ticks = [t.get_text() for t in tput.get_xticklabels()]
+    assert len(ticks) <= MOST_LABELS and ticks[0] == "64" and ticks[-1] == "2,560"
+    legend = [t.get_text() for t in tput.get_legend().get_texts()]
+    named = [t for t in legend if t.replace(",", "").isdigit()]
+    assert len(named) <= MOST_LABELS and {"100", "2,000"} <= set(named)
+    assert "of 20 series named" in tput.get_legend().get_title().get_text()
+    colours = {tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
+               for line in tput.get_lines() if line.get_label() in {f"{b:,}" for b in bands}}
+    assert len(colours) == len(bands)
+    # log-spaced: the labels' log2 gaps are even, not crowded at the right end
+    shown = np.log2([gpus[i] for i in thinned(len(gpus), positions=np.log2(gpus))])
+    assert np.diff(shown).min() > 0.5 * (shown[-1] - shown[0]) / (MOST_LABELS - 1)
