@@ -363,13 +363,20 @@ TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with cp > 1, or with dp > 1 an
               "(its DDP replicates over a 1-D mesh only; without dp or cp no data parallelism is applied)",
               lambda x: (x["zero_stage"] == 0) & ((x["cp"] > 1) | ((x["dp"] > 1) & ((x["tp"] > 1) | (x["pp"] > 1))))
               & _framework_in(x, DDP_1D_ONLY), ("zero_stage", "dp", "tp", "pp", "cp", "framework"))
+TORCH_1F1B_MICRO = Rule(
+    44, "micro_batch", "with torch pipelining's 1F1B needs at least pp micro-batches per step (Schedule1F1B: "
+    "'Number of microbatches ... must be greater than or equal to the number of stages')",
+    lambda x: (x["pp"] > 1) & (x["vpp"] == 1) & (x["global_batch"] // (x["micro_batch"] * x["dp"]) < x["pp"])
+    & _framework_in(x, TORCH_PIPELINING), ("micro-batches", "pp", "framework"))
 TT_AMP = Rule(42, "dp", "must be above 1 (FSDP), or cp above 1, with tp or pp > 1 in this framework: without "
               "them torchtitan turns mixed precision off and trains in float32 (maybe_enable_amp)",
               lambda x: (x["dp"] == 1) & (x["cp"] == 1) & ((x["tp"] > 1) | (x["pp"] > 1))
               & _framework_in(x, AMP_NEEDS_FSDP), ("dp", "cp", "tp", "pp", "framework"))
 TT_SEQ = Rule(43, "seq_len", "must be a multiple of 2 x tp x cp in this framework (torchtitan's "
               "ParallelDims.seq_len_divisor)",
-              lambda x: (x["seq_len"] % (2 * x["tp"] * x["cp"]) != 0) & _framework_in(x, SEQ_LEN_DIVISOR_2_TP_CP),
+              # (int64: the search's int32 tp x cp of every layout overflows from 32,768 GPUs)
+              lambda x: (x["seq_len"] % (2 * np.asarray(x["tp"], dtype=np.int64) * x["cp"]) != 0)
+              & _framework_in(x, SEQ_LEN_DIVISOR_2_TP_CP),
               ("seq_len", "tp", "cp", "framework"))
 TP_KV_STACK = Rule(32, "tp", "must divide n_kv_heads in this framework (each rank holds whole key/value heads)",
                    lambda x: (x["n_kv_heads"] % x["tp"] != 0) & _framework_in(x, KV_HEADS_PER_RANK),
@@ -413,7 +420,7 @@ CONFIG_RULES = (TP_HEADS, PP_LAYERS, TP_KV_HEADS, VPP_LAYERS, GPUS, BATCH, CP_SE
                 OFFLOAD_PP, HPZ_NODES)
 #: what the named stack can run: the search recommends only such configurations, while estimate
 #: still costs a what-if the stack lacks (e.g. ZeRO-3 with pipelining under Megatron-LM)
-CAPABILITY_RULES = (INTERLEAVED_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
+CAPABILITY_RULES = (INTERLEAVED_MICRO, TORCH_1F1B_MICRO, ZERO_PP, ZERO_STAGES, ZERO_FSDP, SP_STACK, ULYSSES_STACK, OFFLOAD_STACK,
                     BALANCED, TE_CP_HEAD_DIM, TT_PP_SPLIT, VPP_STACK, RING_CP_STACK, AUTOTP_SP, AUTOTP_ZERO3,
                     AUTOTP_2D, TT_DDP, TT_AMP, TT_SEQ, TP_KV_STACK, ULYSSES_SP, ZEROPP_STACK, ULYSSES_PP, SP_SEQ,
                     HPZ_TP)

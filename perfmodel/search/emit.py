@@ -23,13 +23,14 @@ Flag and key names are the projects' own (checked against their sources):
   contiguous_gradients, zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients),
   ``deepspeed/runtime/activation_checkpointing/config.py`` (partition_activations,
   contiguous_memory_optimization, cpu_checkpointing).
-* torchtitan ``torchtitan/config/job_config.py`` at commit 6404b932 (mid-2025; its TOML job config
-  changes often: ``TORCHTITAN_VERSION``): [training] local_batch_size (from PR #1238, June 2025),
-  global_batch_size, seq_len, compile; [parallelism] data_parallel_replicate_degree,
-  data_parallel_shard_degree, fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
-  pipeline_parallel_schedule, pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage,
-  context_parallel_degree; [activation_checkpoint] mode, selective_ac_option; [model] converters
-  ("float8" until PR #1701, September 2025, later quantize.linear.float8).
+* torchtitan 0.2.0 (the PyPI release; its TOML job config changes between releases: ``TORCHTITAN_VERSION``),
+  ``torchtitan/config/job_config.py``: [training] local_batch_size, global_batch_size, seq_len;
+  [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward,
+  tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
+  pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage, context_parallel_degree;
+  [activation_checkpoint] mode, selective_ac_option; [compile] enable; [model] converters
+  (``components/quantization/float8.py`` registers "quantize.linear.float8"; mid-2025 sources named it
+  "float8").
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ from perfmodel.specs import JobSpec, ModelSpec
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
 #: the torchtitan whose TOML keys are emitted (the first line of the emitted text says it)
-TORCHTITAN_VERSION = ("torchtitan TOML job config as torchtitan/config/job_config.py at commit 6404b932 (mid-2025) "
-                      "reads it; its keys change between releases")
+TORCHTITAN_VERSION = ("torchtitan 0.2.0 job config (pip install torchtitan==0.2.0: torchtitan/config/job_config.py); "
+                      "its keys change between releases")
 
 _FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
@@ -282,6 +283,11 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         # DeepSpeedConfig: world_size = get_world_size() / config["sequence_parallel_size"]), which the batch
         # check then uses; Ulysses' sequence ranks hold the same weights and are ZeRO ranks too
         cfg["sequence_parallel_size"] = c["cp"]
+        # ... but only where the config reaches it as a dict: given a file path, DeepSpeedConfig's
+        # '"sequence_parallel_size" in config' tests the path string (runtime/config.py; DeepSpeed 0.17-0.18,
+        # whose initialize() passes --deepspeed_config on as a path), so the batch check counts every rank.
+        # Left out, train_batch_size is derived (micro x accumulation x the ranks it counts) and no check fails
+        del cfg["train_batch_size"]
     if autotp(job, c):
         # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training); its
         # batch check counts every rank when no mpu is given, so the batch is stated per data-parallel rank only
@@ -314,8 +320,6 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
         f"local_batch_size = {local}",
         f"global_batch_size = {job.global_batch}",
         f"seq_len = {job.seq_len}",
-        # the torchtitan rates perfmodel costs with are measured runs of compiled models
-        "compile = true",
         "",
         "[parallelism]",
         f"data_parallel_replicate_degree = {replicate}",
@@ -342,8 +346,10 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
     lines += ["", "[activation_checkpoint]", f'mode = "{mode}"']
     if mode == "selective":
         lines.append('selective_ac_option = "op"')
+    # the torchtitan rates perfmodel costs with are measured runs of compiled models
+    lines += ["", "[compile]", "enable = true"]
     if job.precision == "fp8":  # torchao Float8Linear through the model converter
-        lines += ["", "[model]", 'converters = ["float8"]']
+        lines += ["", "[model]", 'converters = ["quantize.linear.float8"]']
     return "\n".join(lines) + "\n"
 
 
@@ -406,8 +412,12 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          f"{job.framework or 'a generic stack'}: search with --framework megatron-deepspeed (or "
                          f"deepspeed) for a layout DeepSpeed runs; train_batch_size assumes dp={c['dp']}")
         if deepspeed_alone(job) and stated["cp"] and c["cp"] > 1:
-            notes.append(f"sequence_parallel_size={c['cp']} tells DeepSpeed the Ulysses group (for its batch check); "
-                         "the model code wraps its attention in DeepSpeed-Ulysses' DistributedAttention")
+            notes.append(f"sequence_parallel_size={c['cp']} tells DeepSpeed the Ulysses group; the model code wraps its "
+                         "attention in DeepSpeed-Ulysses' DistributedAttention")
+            notes.append(f"train_batch_size is left out: DeepSpeed reads sequence_parallel_size for its batch check "
+                         f"only from a config passed as a dict (from a file path its check counts every rank); the "
+                         f"costed global batch is {job.global_batch} sequences = micro-batch {c['mb']} x "
+                         f"{job.global_batch // (c['mb'] * c['dp'])} accumulation steps x dp={c['dp']}")
         if c["cp"] > 1 and c["cp_kind"] != "ulysses":
             notes.append("ring context parallelism was costed: DeepSpeed has none (its sequence parallelism is "
                          "Ulysses' all-to-all)")
@@ -447,10 +457,11 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          f"pp x vpp = {c['pp'] * c['vpp']} stages: no pipeline_parallel_layers_per_stage "
                          "gives that many; its default split (2 stages per rank) is emitted")
         if job.precision in ("mxfp8", "nvfp4"):
-            notes.append(f"{job.precision} is not emitted: enable torchtitan's MX converter for it")
+            notes.append(f"{job.precision} is not emitted: enable torchtitan's MX converter for it "
+                         "(converters = [\"quantize.linear.mx\"])")
         if job.precision == "fp8":
-            notes.append("converters = [\"float8\"] is the name of torchtitan releases up to September 2025; later "
-                         "ones name the converter quantize.linear.float8 (with a [quantize.linear.float8] section)")
+            notes.append("the fp8 converter is named quantize.linear.float8 from torchtitan 0.2.0 on; mid-2025 "
+                         "sources (before its PR #1701) named it float8")
         if job.precision == "fp16":
             notes.append("fp16 was costed, but torchtitan's mixed precision takes bfloat16 or float32 only "
                          "([training] mixed_precision_param): on a GPU without bf16 tensor cores (V100) "

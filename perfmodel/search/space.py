@@ -132,8 +132,8 @@ def enumerate_space(model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> Spa
     # ---- step 2: schedule (vpp, micro-batch) ---------------------------------------------------
     job_x = rules.job_values(model, cluster, job)
     x = _expand(x, {"vpp": vpp_vals, "micro_batch": mb_vals})
-    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TT_PP_SPLIT,
-                            rules.VPP_STACK),
+    reason2 = reason_codes((rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO,
+                            rules.TORCH_1F1B_MICRO, rules.TT_PP_SPLIT, rules.VPP_STACK),
                            {**job_x, **x}, x["tp"].shape)
     _count(rejected, reason2, n_late)
     x = _keep(x, reason2 == OK)

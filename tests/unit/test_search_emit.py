@@ -7,9 +7,9 @@ The reference name lists below are copied from the projects' sources:
   _add_distributed_args, _add_mixed_precision_args, _add_transformer_engine_args).
 * DeepSpeed ``deepspeed/runtime/constants.py`` (top-level keys), ``deepspeed/runtime/zero/config.py``
   (``DeepSpeedZeroConfig`` fields) and ``deepspeed/runtime/activation_checkpointing/config.py``.
-* torchtitan ``torchtitan/config/job_config.py`` at commit 6404b932 (``Training``, ``Parallelism``,
-  ``ActivationCheckpoint``, ``Model`` dataclass fields; ``Model.converters``' docstring names the ``float8``
-  converter).
+* torchtitan 0.2.0 (PyPI) ``torchtitan/config/job_config.py`` (``Training``, ``Parallelism``,
+  ``ActivationCheckpoint``, ``Compile``, ``Model`` dataclass fields) and
+  ``torchtitan/components/quantization/float8.py`` (``register_model_converter(..., "quantize.linear.float8")``).
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ DEEPSPEED_AC = {"partition_activations", "contiguous_memory_optimization", "cpu_
                 "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}
 
 TORCHTITAN = {
-    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps", "compile",
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps", "dtype",
                  "mixed_precision_param", "mixed_precision_reduce"},
     "parallelism": {
         "data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
@@ -82,10 +82,10 @@ TORCHTITAN = {
     },
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "model": {"name", "flavor", "converters"},
+    "compile": {"enable", "components", "backend"},
 }
-#: the fp8 converter's name at that commit (``Model.converters``' docstring: "the `float8` converter swaps
-#: `torch.nn.Linear` with `Float8Linear`")
-TORCHTITAN_FP8_CONVERTER = "float8"
+#: the fp8 converter's registered name in that release
+TORCHTITAN_FP8_CONVERTER = "quantize.linear.float8"
 
 ROWS = [
     dict(tp=4, pp=8, dp=32, cp=1, vpp=12, micro_batch=2, sp=True, zero_stage=1, zeropp="", recompute="none"),
@@ -159,13 +159,13 @@ def test_torchtitan_toml_names_the_version_it_is_written_for():
 
     model = pm.load_model("llama3-70b")
     text = torchtitan_toml(model, _job("fp8", "torchtitan"), ROWS[1])
-    assert text.splitlines()[0] == f"# {TORCHTITAN_VERSION}" and "6404b932" in TORCHTITAN_VERSION
+    assert text.splitlines()[0] == f"# {TORCHTITAN_VERSION}" and "torchtitan==0.2.0" in TORCHTITAN_VERSION
     doc = tomllib.loads(text)
-    assert doc["training"]["compile"] is True
+    assert doc["compile"]["enable"] is True
     assert doc["model"]["converters"] == [TORCHTITAN_FP8_CONVERTER]
     notes = emit_notes("torchtitan", model, _job("fp8", "torchtitan"), ROWS[1])
-    assert any("quantize.linear.float8" in n for n in notes)
-    assert not any("quantize" in n for n in emit_notes("torchtitan", model, _job("bf16", "torchtitan"), ROWS[1]))
+    assert any("named it float8" in n for n in notes)
+    assert not any("float8" in n for n in emit_notes("torchtitan", model, _job("bf16", "torchtitan"), ROWS[1]))
 
 
 @pytest.mark.parametrize("target", ["megatron", "deepspeed", "torchtitan"])
@@ -326,7 +326,8 @@ def test_emit_notes_say_what_the_target_cannot_carry():
     tt = emit_notes("torchtitan", model, _job("bf16", "megatron-kwai"), row)
     assert any("ZeRO-1" in n for n in tt) and any("Ulysses" in n for n in tt) and any("balanced" in n for n in tt)
     doc = tomllib.loads(torchtitan_toml(model, _job("fp8", "megatron-kwai"), row))
-    assert doc["activation_checkpoint"]["mode"] == "selective" and doc["model"]["converters"] == ["float8"]
+    assert doc["activation_checkpoint"]["mode"] == "selective"
+    assert doc["model"]["converters"] == [TORCHTITAN_FP8_CONVERTER]
     mg = emit_notes("megatron", model, _job(), dict(ROWS[1]))
     assert any("ZeRO++" in n for n in mg) and any("RMSNorm" in n for n in mg)
     # nothing to say where the target carries everything (besides Megatron's normalization reminder) ...

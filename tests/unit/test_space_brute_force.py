@@ -19,7 +19,8 @@ from perfmodel.search.space import MAX_MICRO_BATCH, OFFLOAD_FRACTIONS, PARALLEL_
 ORDER = (
     rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_KV_STACK, rules.TP_DOMAINS, rules.PP_LAYERS,
     rules.CP_SEQ, rules.DP_BATCH, rules.AUTOTP_2D, rules.TT_AMP, rules.TT_SEQ,
-    rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TT_PP_SPLIT, rules.VPP_STACK,
+    rules.VPP_PP, rules.VPP_LAYERS, rules.BATCH, rules.INTERLEAVED_MICRO, rules.TORCH_1F1B_MICRO,
+    rules.TT_PP_SPLIT, rules.VPP_STACK,
     rules.SP_TP, rules.SP_STACK, rules.AUTOTP_SP, rules.SP_SEQ,
     rules.ZERO_PP, rules.ZERO_STAGES, rules.ZERO_FSDP, rules.ZERO_DP, rules.AUTOTP_ZERO3, rules.TT_DDP,
     rules.CP_RING_SEQ, rules.ULYSSES_HEADS, rules.ULYSSES_STACK, rules.BALANCED, rules.TE_CP_HEAD_DIM,

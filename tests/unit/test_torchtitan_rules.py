@@ -58,7 +58,7 @@ def test_amp_rule_matches_maybe_enable_amp(tp, pp, dp, cp, broken):
 def test_torchtitan_sequence_length_is_a_multiple_of_its_divisor():
     model = pm.load_model("llama2-7b")
     cluster = pm.ClusterSpec.build(GPU, 128, 8)
-    job = pm.JobSpec(global_batch=16, seq_len=1000, framework="torchtitan")
+    job = pm.JobSpec(global_batch=64, seq_len=1000, framework="torchtitan")
     c = enumerate_space(model, cluster, job).configs
     assert (1000 % (2 * c["tp"] * c["cp"]) == 0).all()
     assert ((c["tp"] == 2) & (c["cp"] == 2)).any()  # 1000 = 125 x 8: tp 2 x cp 2 is allowed
@@ -72,3 +72,31 @@ def test_torchtitan_sequence_length_is_a_multiple_of_its_divisor():
 def test_torchtitan_default_split_has_at_most_one_stage_per_layer(pp, vpp, ok):
     """80 layers + embedding + output = 82 units: pp x vpp above that cannot be split."""
     assert bool(rules.torchtitan_split_ok(80, pp, vpp)) is ok
+
+
+def test_sequence_divisor_does_not_overflow_at_large_gpu_counts():
+    """The search holds tp and cp as int32: 2 x tp x cp of a 65,536-GPU grid overflows that (to 0, a
+    division by zero and a RuntimeWarning on stderr, reviewer's 65,536-GPU recommend)."""
+    import warnings
+
+    big = np.array([65536], dtype=np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        broken = rules.TT_SEQ.broken({"seq_len": 8192, "tp": big, "cp": big, "framework": "torchtitan"})
+    assert bool(broken[0])
+
+
+def test_torch_1f1b_gets_at_least_one_micro_batch_per_stage():
+    """torch.distributed.pipelining's Schedule1F1B raises "Number of microbatches (4) must be greater than or
+    equal to the number of stages (8)" (reviewer's run of the emitted TOML through torchtitan and torch 2.13:
+    Llama 3.1 405B, 256 H100s, global batch 4 was emitted as tp 8 cp 4 pp 8 with 4 micro-batches)."""
+    model = pm.load_model("llama3.1-405b")
+    cluster = pm.ClusterSpec.build(GPU, 256, 8)
+    job = pm.JobSpec(global_batch=4, seq_len=8192, framework="torchtitan")
+    c = enumerate_space(model, cluster, job).configs
+    micro = 4 // (c["micro_batch"] * c["dp"])
+    assert ((c["pp"] == 1) | (c["vpp"] > 1) | (micro >= c["pp"])).all()
+    x = {"pp": 8, "vpp": 1, "global_batch": 4, "micro_batch": 1, "dp": 1}
+    assert bool(rules.TORCH_1F1B_MICRO.broken({**x, "framework": "torchtitan"}))
+    assert not bool(rules.TORCH_1F1B_MICRO.broken({**x, "framework": "megatron-lm"}))  # its 1F1B warms up less
+    assert not bool(rules.TORCH_1F1B_MICRO.broken({**x, "global_batch": 8, "framework": "torchtitan"}))
