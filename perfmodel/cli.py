@@ -390,8 +390,8 @@ def _print_version(value: bool) -> None:
     from perfmodel.shipped import data_root, package_version
 
     created = load_calibration(None).provenance.get("created")
-    profile = (f"calibrated profile {DEFAULT_PROFILE_PATH} of {created}" if DEFAULT_PROFILE_PATH.is_file()
-               else "no calibrated profile")
+    profile = ("no calibrated profile" if not DEFAULT_PROFILE_PATH.is_file() else
+               f"calibrated profile {DEFAULT_PROFILE_PATH}" + (f" of {created}" if created else ""))
     typer.echo(f"perfmodel {package_version()} (GPU catalog {data_root() / 'hardware_profiles'}; {profile})")
     raise typer.Exit(0)
 

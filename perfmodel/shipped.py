@@ -32,7 +32,9 @@ def data_root() -> Path:
 
 def copy_shipped(source_root: Path, target: Path) -> list[Path]:
     """Copy ``SHIPPED_PATHS`` from a checkout's root to ``target`` (a wheel's ``perfmodel/_shipped``), keeping
-    their relative paths; the files written. A folder gives its YAML files."""
+    their relative paths; the files written. A folder gives its YAML files. ``target`` is emptied first (a
+    rebuilt wheel carries no file the checkout has dropped since)."""
+    shutil.rmtree(target, ignore_errors=True)
     written = []
     for rel in SHIPPED_PATHS:
         src = Path(source_root) / rel

@@ -111,15 +111,19 @@ def _gpu_states(df: pd.DataFrame, base: Calibration, field: str) -> np.ndarray:
     return names.map(states).to_numpy(dtype=bool)
 
 
-def _first_of_each_configuration(inputs: dict, labels: list[np.ndarray], n: int) -> np.ndarray:
-    """True on the first row of each distinct configuration: rows whose costed inputs (every array the
-    step model reads) and ``labels`` (stack, fabric) are equal are one configuration."""
-    columns = [np.broadcast_to(np.asarray(v, dtype=float), (n,)) for _, v in sorted(inputs.items())
+def _first_of_each_configuration(inputs: dict, labels: list[np.ndarray], n: int,
+                                 among: np.ndarray | None = None) -> np.ndarray:
+    """True on the first row (of the rows ``among`` marks; default all) of each distinct configuration: rows
+    whose costed inputs (every array the step model reads) and ``labels`` (stack, fabric) are equal are one
+    configuration."""
+    rows = np.flatnonzero(np.ones(n, dtype=bool) if among is None else among)
+    columns = [np.broadcast_to(np.asarray(v, dtype=float), (n,))[rows] for _, v in sorted(inputs.items())
                if np.ndim(v) <= 1 and np.asarray(v).dtype.kind in "biuf"]
-    codes = [np.unique(np.asarray(lab, dtype=str), return_inverse=True)[1].astype(float) for lab in labels]
+    codes = [np.unique(np.asarray(lab, dtype=str), return_inverse=True)[1].astype(float)[rows] for lab in labels]
     table = np.nan_to_num(np.column_stack(columns + codes), nan=-1.0, posinf=-2.0, neginf=-3.0)
     first = np.zeros(n, dtype=bool)
-    first[np.unique(table, axis=0, return_index=True)[1]] = True
+    if rows.size:
+        first[rows[np.unique(table, axis=0, return_index=True)[1]]] = True
     return first
 
 
@@ -185,7 +189,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     network_fixed = np.array([("congestion_nodes" in base.networks.get(n, {})) for n in network])
     # which parameters the runs can inform is counted over distinct configurations (repeats fit as
     # measurements, weighted above, but unlock nothing)
-    counted = ok & _first_of_each_configuration(inputs, [framework, network], len(df))
+    counted = _first_of_each_configuration(inputs, [framework, network], len(df), among=ok)
     names: list[tuple[str, str, str]] = []  # (kind, key, param)
     lo, hi, x0 = [], [], []
 

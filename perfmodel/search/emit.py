@@ -287,12 +287,12 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         # '"sequence_parallel_size" in config' tests the path string (runtime/config.py; DeepSpeed 0.17-0.18,
         # whose initialize() passes --deepspeed_config on as a path), so the batch check counts every rank.
         # Left out, train_batch_size is derived (micro x accumulation x the ranks it counts) and no check fails
-        del cfg["train_batch_size"]
+        cfg.pop("train_batch_size", None)
     if autotp(job, c):
         # DeepSpeed alone shards the linear layers with AutoTP (deepspeed.ai/tutorials/autotp-training); its
         # batch check counts every rank when no mpu is given, so the batch is stated per data-parallel rank only
         cfg["tensor_parallel"] = {"autotp_size": c["tp"]}
-        del cfg["train_batch_size"]
+        cfg.pop("train_batch_size", None)
     if c["recompute"] != "none":
         cfg["activation_checkpointing"] = {
             "partition_activations": c["tp"] > 1,
@@ -402,7 +402,7 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                       "DistributedAttention over cp ranks"), ("tp", "the tensor-parallel layers"),
                       ("vpp", "the interleaved stages")) if any(x.startswith(f"{k}=") for x in layout)]
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: your code builds it "
-                         f"({', '.join(builds)}); train_batch_size assumes its data-parallel size is dp={c['dp']}")
+                         f"({', '.join(builds)}); its batch keys assume a data-parallel size of dp={c['dp']}")
         elif layout and megatron_deepspeed(job):
             notes.append(f"the layout {' '.join(layout)} is not a DeepSpeed config setting: the launcher takes it "
                          "(Megatron-DeepSpeed flags, see --emit megatron); train_batch_size assumes its "

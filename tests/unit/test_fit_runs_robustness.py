@@ -36,6 +36,13 @@ def test_a_repeated_run_unlocks_no_parameter(runs):
     assert "megatron-lm.kernel_efficiency" in fr.fit_runs(five).params  # five configurations do
 
 
+def test_an_unmeasured_copy_listed_first_does_not_hide_the_measured_one(runs):
+    five = _distinct_megatron_rows(runs, fr.MIN_ROWS_FRAMEWORK)
+    blank = five.assign(run_id=five.run_id + "-blank", iteration_time_s=np.nan, tokens_per_s_per_gpu=np.nan,
+                        tflops_per_gpu=np.nan, mfu=np.nan, hfu=np.nan)
+    assert "megatron-lm.kernel_efficiency" in fr.fit_runs(pd.concat([blank, five], ignore_index=True)).params
+
+
 def test_first_of_each_configuration_keeps_one_row_per_configuration():
     inputs = {"tp": np.array([8, 8, 4, 8]), "pp": np.array([1, 1, 1, 1]), "seq_len": 4096.0}
     stack = np.array(["nemo", "nemo", "nemo", "megatron-lm"])

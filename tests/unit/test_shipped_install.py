@@ -49,6 +49,15 @@ def _installed_layout(tmp_path: Path) -> Path:
     return site
 
 
+def test_a_rebuilt_wheel_carries_no_file_the_checkout_dropped(tmp_path):
+    target = tmp_path / "_shipped"
+    (target / "hardware_profiles").mkdir(parents=True)
+    (target / "hardware_profiles" / "dropped-gpu.yaml").write_text("name: dropped\n")  # an earlier build's
+    shipped.copy_shipped(ROOT, target)
+    assert not (target / "hardware_profiles" / "dropped-gpu.yaml").exists()
+    assert (target / "hardware_profiles" / "h100-sxm5-80gb.yaml").is_file()
+
+
 def test_an_installed_package_answers_as_the_checkout(tmp_path):
     site = _installed_layout(tmp_path)
     work = tmp_path / "work"

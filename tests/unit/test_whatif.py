@@ -340,6 +340,39 @@ def test_a_long_sweep_labels_a_readable_subset():
     colours = {tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
                for line in tput.get_lines() if line.get_label() in {f"{b:,}" for b in bands}}
     assert len(colours) == len(bands)
-    # log-spaced: the labels' log2 gaps are even, not crowded at the right end
-    shown = np.log2([gpus[i] for i in thinned(len(gpus), positions=np.log2(gpus))])
+    # log-spaced where drawn: the labelled ticks' log2 gaps are even, not crowded at the right end
+    shown = np.log2(tput.get_xticks())
+    assert tput.get_xscale() == "log"
     assert np.diff(shown).min() > 0.5 * (shown[-1] - shown[0]) / (MOST_LABELS - 1)
+    just_over = thinned(MOST_LABELS + 1)
+    assert just_over[0] == 0 and just_over[-1] == MOST_LABELS and len(just_over) == MOST_LABELS
+
+
+def test_named_categories_are_all_labelled_and_coloured_apart():
+    """Every catalog GPU (14, more than MOST_LABELS and than the 10-colour cycle) keeps its name on its bars
+    and in the legend, each in its own colour (reviewer: 6 of 14 bars unlabelled, two GPUs in one colour)."""
+    from perfmodel.catalog import gpu_names
+    from perfmodel.report.plots_whatif import MOST_LABELS
+
+    names = gpu_names()
+    assert len(names) > MOST_LABELS
+    rows = [{"gpu": g, "gpus": n, "status": "ok", "tokens_per_s_per_gpu": 1000.0 + i, "mfu": 0.4}
+            for i, g in enumerate(names) for n in (8, 16)]
+    df = pd.DataFrame(rows)
+    ax = whatif_figure(df, sweep=["gpu"]).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == names
+    ax = whatif_figure(df, sweep=["gpus", "gpu"]).axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == names
+    assert len({tuple(line.get_color()) for line in ax.get_lines()}) == len(names)
+
+
+def test_series_that_round_alike_keep_their_own_names():
+    """Bandwidths 100.0, 100.2, ... formatted as '100' each were both mislabelled and miscounted."""
+    bands = [100.0 + 0.2 * i for i in range(14)]
+    rows = [{"gpus": n, "scale_out_gbit_per_s": b, "status": "ok", "tokens_per_s_per_gpu": 1000.0 + b, "mfu": 0.4}
+            for b in bands for n in (8, 16)]
+    ax = whatif_figure(pd.DataFrame(rows), sweep=["gpus", "scale_out_gbit_per_s"]).axes[0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(texts) == len(set(texts)) and "100.2" in texts and texts[0] == "100"
+    assert f"({len(texts)} of 14 series named)" in ax.get_legend().get_title().get_text()
