@@ -78,19 +78,24 @@ def _row(iteration: float, framework: str, line: int, *, time_s: float = np.nan,
             "framework": framework, "line": line, "global_batch": global_batch}
 
 
+#: a literal every line of a format holds, checked before its patterns (a long log is mostly other lines)
+_LINE_TOKENS = ("iteration", "SamplesPerSec=", "step:", "Profile Summary")
+
+
 def _parse_line(text: str, lineno: int) -> dict | None:
-    it = _MEGATRON_IT.search(text)
+    it = _MEGATRON_IT.search(text) if "iteration" in text else None
     if it and _ELAPSED_MS.search(text):
         row = _megatron_row(text, it, lineno)
         row["global_batch"] = _f(_GLOBAL_BATCH.search(text))
         return row
-    ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
-    if ds:
-        return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 2))
-    ds = _DS_TIMER_2022.search(text)
-    if ds:
-        return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 3))
-    titan = _TITAN.search(text)
+    if "SamplesPerSec=" in text:
+        ds = _DS_TIMER.search(text) or _DS_TIMER_OLD.search(text)
+        if ds:
+            return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 2))
+        ds = _DS_TIMER_2022.search(text)
+        if ds:
+            return _row(int(ds.group(1)), "deepspeed", lineno, samples=_f(ds, 3))
+    titan = _TITAN.search(text) if "step:" in text else None
     if titan:
         return _row(int(titan.group(1)), "torchtitan", lineno, tokens=_f(titan, 2),
                     tflop=_f(titan, 3), mfu=_f(titan, 4) / 100.0)
@@ -163,6 +168,8 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
     cut = bool(log_text) and not log_text.endswith("\n")
     for lineno, raw in enumerate(log_text.splitlines(), start=1):
         last_line = lineno if raw.strip() else last_line
+        if profile is None and not any(token in raw for token in _LINE_TOKENS):
+            continue  # no format's line
         # terminal colour codes (torchtitan colours its metrics) and rank labels are not content
         text = strip_launcher_prefix(raw)
         step = _PROFILE_STEP.search(text)
