@@ -218,3 +218,29 @@ def test_shipped_fabric_latencies_stay_with_their_fabrics(shipped_fit):
         return est.time_breakdown_s["tp_comm_s"]
 
     assert tp_comm("h100-sxm5-80gb") < tp_comm("a100-sxm4-80gb")  # 1.5x the NVLink bandwidth
+
+
+def test_tables_costed_alike_are_merged_into_one_call():
+    """A sweep repeated in one file (the scale audit's 400 tables of 5 kinds) is costed in one vectorized
+    call per kind: the same residuals, ~4x faster (18.0 -> 4.7 s on that file)."""
+    import numpy as np
+
+    import perfmodel as pm
+    from perfmodel.calibrate import fit_collectives as fc
+
+    gpu = pm.load_gpu("h100-sxm5-80gb")
+
+    def table(op, n, sizes, gpn=8, net="ib"):
+        m = fc.Measurement(None, gpu, gpn, 3200.0, net, "f.txt")
+        return fc._Table(m, gpu, op, n, max(n // gpn, 1), np.asarray(sizes, float), np.asarray(sizes, float) * 1e-9)
+
+    tables = [table("all_reduce", 16, [1e6, 2e6]), table("all_gather", 16, [1e6]),
+              table("all_reduce", 16, [4e6]), table("all_reduce", 16, [8e6], net="roce")]
+    merged = fc._merged(tables)
+    assert len(merged) == 3
+    ar = next(t for t in merged if t.op == "all_reduce" and fc.network_key(t.m.network) == fc.network_key("ib"))
+    assert ar.size.tolist() == [1e6, 2e6, 4e6] and ar.time_s.tolist() == [1e-3, 2e-3, 4e-3]
+    base = pm.load_calibration(None)
+    over = {"nic_efficiency": 0.8}
+    unmerged = np.sort(np.concatenate([fc._predict(t, over, base) for t in tables]))
+    assert np.allclose(np.sort(np.concatenate([fc._predict(t, over, base) for t in merged])), unmerged, rtol=1e-12)
