@@ -2,7 +2,8 @@
 
 Flag and key names are the projects' own (checked against their sources):
 
-* Megatron-LM ``megatron/training/arguments.py``: --tensor-model-parallel-size,
+* Megatron-LM ``megatron/training/arguments.py``: --attention-dropout, --hidden-dropout,
+  --no-create-attention-mask-in-dataloader, --tensor-model-parallel-size,
   --pipeline-model-parallel-size, --context-parallel-size, --num-layers-per-virtual-pipeline-stage,
   --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split,
   --sequence-parallel, --micro-batch-size, --global-batch-size, --seq-length,
@@ -97,6 +98,9 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
         f += ["--position-embedding-type", "rope"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
+        # causal masking is the attention kernel's: by default Megatron's data loader also builds a
+        # micro-batch x s x s boolean mask per step (16 GiB at 131,072 tokens), which is not costed
+        "--no-create-attention-mask-in-dataloader",
         "--tensor-model-parallel-size", str(c["tp"]),
         "--pipeline-model-parallel-size", str(c["pp"]),
         "--context-parallel-size", str(c["cp"]),
@@ -159,6 +163,9 @@ def _model_flags(model: ModelSpec) -> list[str]:
         f += ["--disable-bias-linear"]
         if model.qkv_bias:  # but the model's attention projections have theirs (Qwen2)
             f += ["--add-qkv-bias"]
+        # nor dropout (estimate.model_arrays: the Llama family trains without; no masks in its activation
+        # memory), where Megatron's default is 0.1 for both
+        f += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     return f
 
 
@@ -183,6 +190,9 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
         f += ["--use-rotary-position-embeddings"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
+        # causal masking is the attention kernel's: by default Megatron's data loader also builds a
+        # micro-batch x s x s boolean mask per step (16 GiB at 131,072 tokens), which is not costed
+        "--no-create-attention-mask-in-dataloader",
         "--tensor-model-parallel-size", str(c["tp"]),
         "--pipeline-model-parallel-size", str(c["pp"]),
     ]
