@@ -400,6 +400,10 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
             notes.append(f"pp={c['pp']} splits {model.n_layers} layers unevenly, as {job.framework or 'the stack'} "
                          "does: Megatron-LM needs pp to divide them, or --decoder-first-pipeline-num-layers / "
                          "--decoder-last-pipeline-num-layers for the uneven first and last stages")
+        if c["recompute"] == "balanced" or c["offload"] > 0:
+            notes.append("the --kaimm-* flags are Megatron-Kwai's (kwai/Megatron-Kwai, its ATC'24 examples): "
+                         "upstream Megatron-LM refuses them, and without them runs no balanced recompute or "
+                         "activation offloading")
         if c["zeropp"] and not megatron_deepspeed(job):  # Megatron-DeepSpeed: in ds_config.json
             notes.append(f"ZeRO++ ({','.join(sorted(c['zeropp']))}) was costed: Megatron-LM has no quantized "
                          "weight/gradient collectives; use DeepSpeed (--emit deepspeed)")

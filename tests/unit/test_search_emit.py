@@ -499,3 +499,11 @@ def test_megatron_flags_run_what_was_costed_dropout_and_masks():
     assert "--no-create-attention-mask-in-dataloader" in llama
     gpt = megatron_flags(pm.load_model("gpt3-175b"), _job(), ROWS[0])  # costed with dropout: the default 0.1
     assert "--attention-dropout" not in gpt and "--no-create-attention-mask-in-dataloader" in gpt
+
+
+def test_kwai_flags_are_said_to_be_the_forks():
+    model = pm.load_model("llama3-70b")
+    row = dict(ROWS[0], recompute="balanced", offload_fraction=0.5)
+    notes = emit_notes("megatron", model, _job("bf16", "megatron-kwai"), row)
+    assert any("--kaimm-* flags are Megatron-Kwai's" in n for n in notes)
+    assert not any("kaimm" in n for n in emit_notes("megatron", model, _job("bf16", "megatron-kwai"), ROWS[0]))
