@@ -190,9 +190,6 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
         f += ["--use-rotary-position-embeddings"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
-        # causal masking is the attention kernel's: by default Megatron's data loader also builds a
-        # micro-batch x s x s boolean mask per step (16 GiB at 131,072 tokens), which is not costed
-        "--no-create-attention-mask-in-dataloader",
         "--tensor-model-parallel-size", str(c["tp"]),
         "--pipeline-model-parallel-size", str(c["pp"]),
     ]

@@ -507,3 +507,11 @@ def test_kwai_flags_are_said_to_be_the_forks():
     notes = emit_notes("megatron", model, _job("bf16", "megatron-kwai"), row)
     assert any("--kaimm-* flags are Megatron-Kwai's" in n for n in notes)
     assert not any("kaimm" in n for n in emit_notes("megatron", model, _job("bf16", "megatron-kwai"), ROWS[0]))
+
+
+def test_megatron_deepspeed_flags_keep_to_its_own_parser():
+    """--no-create-attention-mask-in-dataloader is Megatron-LM's (2024); Megatron-DeepSpeed's argparse (no
+    unknown arguments) has no such flag. Its dropout flags are the original Megatron ones."""
+    flags = megatron_flags(pm.load_model("llama3-8b"), _job("bf16", "megatron-deepspeed"), ROWS[2])
+    assert "--no-create-attention-mask-in-dataloader" not in flags
+    assert flags[flags.index("--hidden-dropout") + 1] == "0.0"
