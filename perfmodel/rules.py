@@ -219,7 +219,7 @@ def _value(name: str, x: Arrays):
         "tp*pp*dp*cp": lambda: x["tp"] * x["pp"] * x["dp"] * x["cp"],
         "micro_batch*dp": lambda: x["micro_batch"] * x["dp"],
         "layers per stage": lambda: -(-x["n_layers"] // x["pp"]),
-        "micro-batches": lambda: x["global_batch"] // (x["micro_batch"] * x["dp"]),
+        "micro-batches": lambda: _micro_batches(x),
         "n_heads/tp": lambda: x["n_heads"] // x["tp"],
         "n_kv_heads/tp": lambda: max(x["n_kv_heads"] // x["tp"], 1),
         "gpus": lambda: x["n_gpus"],
@@ -243,10 +243,15 @@ def _per_stage_ok(x: Arrays, vpp) -> np.ndarray:
     return (-(-L // pp) % vpp == 0) | ((L + 2) // pp % vpp == 0)
 
 
+def _micro_batches(x: Arrays):
+    """Micro-batches per step on each data-parallel rank: global_batch / (micro_batch x dp)."""
+    return x["global_batch"] // (x["micro_batch"] * x["dp"])
+
+
 def _interleaving_broken(x: Arrays):
     """Interleaved schedules need at least pp micro-batches per step, and the count to fit the stack's
     grouping (``TORCH_PIPELINING``: equal rounds; Megatron-Core and the rest: a multiple of pp)."""
-    micro = x["global_batch"] // (x["micro_batch"] * x["dp"])
+    micro = _micro_batches(x)
     pp = x["pp"]
     torch_rounds = micro % np.maximum(micro // np.maximum(pp, 1), 1) != 0
     grouping = np.where(_framework_in(x, TORCH_PIPELINING), torch_rounds, micro % np.maximum(pp, 1) != 0)
@@ -366,7 +371,7 @@ TT_DDP = Rule(31, "zero_stage", "must be 3 (FSDP) with cp > 1, or with dp > 1 an
 TORCH_1F1B_MICRO = Rule(
     44, "micro_batch", "with torch pipelining's 1F1B needs at least pp micro-batches per step (Schedule1F1B: "
     "'Number of microbatches ... must be greater than or equal to the number of stages')",
-    lambda x: (x["pp"] > 1) & (x["vpp"] == 1) & (x["global_batch"] // (x["micro_batch"] * x["dp"]) < x["pp"])
+    lambda x: (x["pp"] > 1) & (x["vpp"] == 1) & (_micro_batches(x) < x["pp"])
     & _framework_in(x, TORCH_PIPELINING), ("micro-batches", "pp", "framework"))
 TT_AMP = Rule(42, "dp", "must be above 1 (FSDP), or cp above 1, with tp or pp > 1 in this framework: without "
               "them torchtitan turns mixed precision off and trains in float32 (maybe_enable_amp)",
