@@ -211,32 +211,30 @@ def _trace_gemm_rows(summary, path, spec) -> pd.DataFrame | None:
     if g.empty or not g["dtype"].isin([d for ds in GEMM_FIT_GROUPS.values() for d in ds]).any():
         return None
     calls = g.reset_index(drop=True)
-    calls.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), calls["event"].tolist(),
+    calls.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), calls["line"].tolist(),
                                                                  calls["op"].tolist())})
     check_gemm_rows(calls, spec)
     # one row per distinct matmul (the median over the steps that repeat it): a three-step trace of one
     # layer would otherwise weigh three times a sweep's row
     keys = ["m", "n", "k", "batch", "dtype", "op"]
-    g = (g.groupby(keys, sort=False).agg(time_s=("time_s", "median"), event=("event", "first"), calls=("time_s", "size"))
-         .reset_index()[["m", "n", "k", "dtype", "time_s", "batch", "op", "event", "calls"]])
-    g.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), g["event"].tolist(), g["op"].tolist())})
+    g = (g.groupby(keys, sort=False).agg(time_s=("time_s", "median"), event=("event", "first"), line=("line", "first"),
+                                          calls=("time_s", "size"))
+         .reset_index()[["m", "n", "k", "dtype", "time_s", "batch", "op", "event", "line", "calls"]])
+    g.attrs.update({"path": str(path), "where": _EventPlaces(Path(path), g["line"].tolist(), g["op"].tolist())})
     return g
 
 
 class _EventPlaces:
-    """Where each of a trace's matmul rows comes from (``path:line`` of its op event), found only when asked
-    (an error names it): finding one walks the whole trace."""
+    """Where each of a trace's matmul rows comes from: ``path:line`` of its op event."""
 
-    def __init__(self, path: Path, events: list[int], ops: list[str]):
-        self.path, self.events, self.ops = path, events, ops
+    def __init__(self, path: Path, lines: list[int], ops: list[str]):
+        self.path, self.lines, self.ops = path, lines, ops
 
     def __len__(self) -> int:
-        return len(self.events)
+        return len(self.lines)
 
     def __getitem__(self, i: int) -> str:
-        from perfmodel.calibrate.parsers.kineto import _event_where
-
-        return f"{_event_where(self.path, int(self.events[i]))} ({self.ops[i]}, timed by its kernels)"
+        return f"{self.path}:{int(self.lines[i])} ({self.ops[i]}, timed by its kernels)"
 
 
 def _estimate_gemm(sources, spec, cal: Calibration, echo, refused: list, applied_from: list,

@@ -10,7 +10,6 @@ total can exceed wall time.
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Literal
 
 import pandas as pd
 
+from perfmodel.calibrate.parsers.json_stream import NotAnObject, ObjectStream, StreamJSONError
 from perfmodel.calibrate.parsers.nccl_tests import busbw_factor
 from perfmodel.errors import InputError, is_gzip, require_regular_file
 from perfmodel.limits import MAX_BYTES, MAX_GPUS
@@ -53,7 +53,7 @@ _DTYPE_BYTES = {"float": 4, "double": 8, "half": 2, "bfloat16": 2, "long": 8, "i
                 "float8_e5m2": 1, "complexfloat": 8, "complexdouble": 16}
 NCCL_COLUMNS = ["collective", "bytes", "dtype", "group_size", "dur_s", "algbw_gb_per_s",
                 "busbw_gb_per_s"]
-GEMM_COLUMNS = ["op", "m", "n", "k", "batch", "dtype", "time_s", "event"]
+GEMM_COLUMNS = ["op", "m", "n", "k", "batch", "dtype", "time_s", "event", "line"]
 #: ATen matmul ops and the positions of their two matrix operands in ``Input Dims`` (record_shapes=True)
 _GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1), "aten::baddbmm": (1, 2),
              "aten::_scaled_mm": (0, 1)}
@@ -102,7 +102,8 @@ class KinetoSummary:
     ``mm``/``addmm``/``bmm``/``baddbmm``/``_scaled_mm`` op with its ``Input Dims`` and ``Input type``,
     timed by the GPU kernels that carry its ``External id`` (``external id`` in PyTorch 1.8/1.9 traces;
     several kernels, split-K's reduction say, summed); ``GEMM_COLUMNS`` ((m, k) x (k, n), a batch of
-    them; ``event``: the op's index in ``traceEvents``). Ops in another dtype or without kernels are left out."""
+    them; ``event``: the op's index in ``traceEvents``, ``line``: the line its ``{`` is on). Ops in another
+    dtype or without kernels are left out."""
 
 
 def _opener(path: Path):
@@ -114,28 +115,28 @@ def _opener(path: Path):
     return gzip.open if gzipped else open
 
 
-def _load(path: Path) -> dict:
-    require_regular_file(path, "trace", f"{path}:1")
-    opener = _opener(path)
-    try:
-        # utf-8-sig: a byte-order mark (an editor's re-save) is not content, as for every other input
-        with opener(path, "rt", encoding="utf-8-sig") as fh:
-            doc = json.load(fh)
-    except json.JSONDecodeError as e:
-        raise InputError("trace", f"not JSON: {e.msg} (column {e.colno})",
-                         f"{path}:{e.lineno}") from None
-    except RecursionError:
-        raise InputError("trace", "nested too deeply to be a Chrome trace", f"{path}:1") from None
-    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError; a cut gzip an EOFError
-        raise InputError("trace", f"cannot read as (gzipped) JSON text: {e}", f"{path}:1") from None
-    if isinstance(doc, dict) and "traceEvents" in doc and not isinstance(doc["traceEvents"], list):
+def _trace_error(path: Path, exc: Exception) -> InputError:
+    """The InputError of a trace that cannot be read as a JSON object."""
+    if isinstance(exc, NotAnObject):
+        return InputError("traceEvents", "missing: not a Chrome trace (expected an object with a 'traceEvents' "
+                          "list)", f"{path}:1")
+    if isinstance(exc, StreamJSONError):
+        return InputError("trace", f"not JSON: {exc.msg} (column {exc.colno})", f"{path}:{exc.lineno}")
+    if isinstance(exc, RecursionError):
+        return InputError("trace", "nested too deeply to be a Chrome trace", f"{path}:1")
+    # gzip.BadGzipFile is an OSError; a cut gzip an EOFError
+    return InputError("trace", f"cannot read as (gzipped) JSON text: {exc}", f"{path}:1")
+
+
+def _check_events_member(meta: dict, streamed: bool, path: Path) -> None:
+    """``traceEvents`` must be there, as a list (a list is streamed, not kept in ``meta``)."""
+    if "traceEvents" in meta:
         kinds = {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
-        kind = kinds.get(type(doc["traceEvents"]), "a number")
+        kind = kinds.get(type(meta["traceEvents"]), "a number")
         raise InputError("traceEvents", f"must be a list of events (got {kind})", f"{path}:1")
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+    if not streamed:
         raise InputError("traceEvents", "missing: not a Chrome trace (expected an object with "
                          "a 'traceEvents' list)", f"{path}:1")
-    return doc
 
 
 def _field(ev: dict, key: str, types: tuple[type, ...], what: str, i: int, default=None):
@@ -199,39 +200,6 @@ def _collective_row(args: dict, dur_s: float, i: int) -> dict | None:
             "busbw_gb_per_s": algbw * busbw_factor(coll, group)}
 
 
-def _event_where(path: Path, index: int) -> str:
-    """``path:line`` of ``traceEvents[index]`` (the line its ``{`` is on), found by walking the
-    top-level object with the JSON decoder; just ``path`` if the walk fails. Only called on the
-    error path, so the second read costs nothing in the normal case."""
-    try:
-        with _opener(path)(path, "rt", encoding="utf-8-sig") as fh:
-            text = fh.read()
-        dec = json.JSONDecoder()
-        ws = re.compile(r"[ \t\n\r]*")
-
-        def skip(pos: int, char: str) -> int:
-            pos = ws.match(text, pos).end()
-            if text[pos] != char:
-                raise ValueError(f"expected {char!r} at {pos}")
-            return ws.match(text, pos + 1).end()
-
-        pos = skip(0, "{")
-        while True:
-            key, pos = dec.raw_decode(text, pos)
-            pos = skip(pos, ":")
-            if key == "traceEvents":
-                break
-            _, pos = dec.raw_decode(text, pos)
-            pos = skip(pos, ",")
-        pos = skip(pos, "[")
-        for _ in range(index):
-            _, pos = dec.raw_decode(text, pos)
-            pos = skip(pos, ",")
-        return f"{path}:{text.count(chr(10), 0, pos) + 1}"
-    except (OSError, ValueError, IndexError):
-        return str(path)
-
-
 def _device_name(doc: dict, path: Path) -> str | None:
     props = doc.get("deviceProperties")
     if props is None:
@@ -267,76 +235,101 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
     ``args`` an object, and for an NCCL kernel collective metadata (group size, element counts)
     in whole numbers; a wrong-typed field raises InputError naming the file,
     the event's line and ``traceEvents[i].field``. A trace without any GPU kernel,
-    memcpy/memset or ``ProfilerStep#N`` event has nothing to summarise and is an error too."""
+    memcpy/memset or ``ProfilerStep#N`` event has nothing to summarise and is an error too.
+
+    The events are read one at a time (``json_stream.ObjectStream``): memory holds the summary, not the
+    trace (a 400 MB trace would take ~2 GB as Python objects)."""
     path = Path(path)
-    doc = _load(path)
-    device_name, world_size = _device_name(doc, path), _world_size(doc, path)
+    require_regular_file(path, "trace", f"{path}:1")
+    meta: dict = {}
     time_s = dict.fromkeys(CATEGORIES, 0.0)
     count = dict.fromkeys(CATEGORIES, 0)
     nccl_time_s: dict[str, float] = {}
     steps: dict[int, float] = {}
     colls: list[dict] = []
-    gemm_calls: dict[int, tuple[int, str, list, str]] = {}  # External id -> (event index, op, dims, dtype)
+    # External id -> (event index, op, dims, dtype, line)
+    gemm_calls: dict[int, tuple[int, str, list, str, int]] = {}
     kernel_s_by_id: dict[int, float] = {}  # External id -> summed GPU time of its kernels
-    for i, ev in enumerate(doc["traceEvents"]):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        try:
-            # category case-folded: PyTorch 1.8/1.9 traces spell them Kernel / Memcpy / Memset
-            cat = _field(ev, "cat", (str,), "a string", i, default="").lower()
-            name = _field(ev, "name", (str,), "a string", i, default="")
-            if cat in ("user_annotation", "cpu_op"):
-                m = _STEP_RE.match(name)
-                if m:
-                    steps[int(m.group(1))] = _duration_s(ev, i)
-                elif cat == "cpu_op" and name in _GEMM_OPS:
-                    call = _gemm_call(_field(ev, "args", (dict,), "an object", i, default=None) or {}, name, i)
-                    if call is not None:
-                        if call[0] in gemm_calls:  # two sessions' events in one file: whose kernels are whose?
-                            raise InputError(f"traceEvents[{i}].args.External id",
-                                             f"{call[0]} is already the id of traceEvents[{gemm_calls[call[0]][0]}] "
-                                             "(a matmul op's id must be its own: one profiling session per file)")
-                        gemm_calls[call[0]] = (i, name, call[1], call[2])
-                continue
-            # only the events summarised are checked further: CPU-side events (python_function,
-            # cuda_runtime, ...) may carry durations older profilers wrote negative
-            if cat != "kernel" and cat not in _MEMORY_CATS:
-                continue
-            dur_s = _duration_s(ev, i)
-            args = _field(ev, "args", (dict,), "an object", i, default=None) or {}
-            category, coll = classify_kernel(name, cat)
-            row = (_collective_row(args, dur_s, i)
-                   if category == "nccl" and "Collective name" in args else None)
-        except InputError as exc:
-            raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
-        time_s[category] += dur_s
-        count[category] += 1
-        ext = args.get("External id", args.get("external id"))  # the latter: PyTorch 1.8/1.9 kernel events
-        if cat == "kernel" and isinstance(ext, int) and not isinstance(ext, bool) and category != "nccl":
-            kernel_s_by_id[ext] = kernel_s_by_id.get(ext, 0.0) + dur_s
-        if category == "nccl":
-            key = row["collective"] if row else coll or "unknown"
-            nccl_time_s[key] = nccl_time_s.get(key, 0.0) + dur_s
-            if row:
-                colls.append(row)
+    n_events = 0
+    try:
+        # utf-8-sig: a byte-order mark (an editor's re-save) is not content, as for every other input
+        with _opener(path)(path, "rt", encoding="utf-8-sig") as fh:
+            stream = ObjectStream(fh)
+            for key, value, line in stream.members("traceEvents"):
+                if key is not None:
+                    meta[key] = value
+                    continue
+                i, ev = value
+                n_events += 1
+                if not isinstance(ev, dict) or ev.get("ph") != "X":
+                    continue
+                try:
+                    _summarise_event(ev, i, line, time_s, count, nccl_time_s, steps, colls, gemm_calls,
+                                     kernel_s_by_id)
+                except InputError as exc:
+                    raise InputError(exc.field, exc.rule, f"{path}:{line}") from None
+    except (StreamJSONError, RecursionError, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise _trace_error(path, exc) from None
+    _check_events_member(meta, stream.streamed, path)
+    device_name, world_size = _device_name(meta, path), _world_size(meta, path)
     if not sum(count.values()) and not steps:
         raise InputError("traceEvents", f"no GPU kernel, memcpy/memset or ProfilerStep#N event among "
-                         f"{len(doc['traceEvents'])} events: nothing to summarise (record with "
+                         f"{n_events} events: nothing to summarise (record with "
                          "ProfilerActivity.CUDA and a schedule)", f"{path}:1")
     gemms = []
-    for ext, (i, op, dims, dtype) in gemm_calls.items():
+    for ext, (i, op, dims, dtype, line) in gemm_calls.items():
         if kernel_s_by_id.get(ext, 0.0) <= 0.0:
             continue
         try:
             shape = _gemm_shape(op, dims, i)
         except InputError as exc:
-            raise InputError(exc.field, exc.rule, _event_where(path, i)) from None
-        gemms.append({"op": op, **shape, "dtype": dtype, "time_s": kernel_s_by_id[ext], "event": i})
+            raise InputError(exc.field, exc.rule, f"{path}:{line}") from None
+        gemms.append({"op": op, **shape, "dtype": dtype, "time_s": kernel_s_by_id[ext], "event": i, "line": line})
     return KinetoSummary(
         kernel_time_s=time_s, kernel_count=count, nccl_time_s=nccl_time_s, step_time_s=steps,
         device_name=device_name, world_size=world_size,
         nccl_collectives=pd.DataFrame(colls, columns=NCCL_COLUMNS),
         gemm_ops=pd.DataFrame(gemms, columns=GEMM_COLUMNS))
+
+
+def _summarise_event(ev: dict, i: int, line: int, time_s: dict, count: dict, nccl_time_s: dict, steps: dict,
+                     colls: list, gemm_calls: dict, kernel_s_by_id: dict) -> None:
+    """Add one complete event (``traceEvents[i]``, on ``line``) to the running summary."""
+    # category case-folded: PyTorch 1.8/1.9 traces spell them Kernel / Memcpy / Memset
+    cat = _field(ev, "cat", (str,), "a string", i, default="").lower()
+    name = _field(ev, "name", (str,), "a string", i, default="")
+    if cat in ("user_annotation", "cpu_op"):
+        m = _STEP_RE.match(name)
+        if m:
+            steps[int(m.group(1))] = _duration_s(ev, i)
+        elif cat == "cpu_op" and name in _GEMM_OPS:
+            call = _gemm_call(_field(ev, "args", (dict,), "an object", i, default=None) or {}, name, i)
+            if call is not None:
+                if call[0] in gemm_calls:  # two sessions' events in one file: whose kernels are whose?
+                    raise InputError(f"traceEvents[{i}].args.External id",
+                                     f"{call[0]} is already the id of traceEvents[{gemm_calls[call[0]][0]}] "
+                                     "(a matmul op's id must be its own: one profiling session per file)")
+                gemm_calls[call[0]] = (i, name, call[1], call[2], line)
+        return
+    # only the events summarised are checked further: CPU-side events (python_function,
+    # cuda_runtime, ...) may carry durations older profilers wrote negative
+    if cat != "kernel" and cat not in _MEMORY_CATS:
+        return
+    dur_s = _duration_s(ev, i)
+    args = _field(ev, "args", (dict,), "an object", i, default=None) or {}
+    category, coll = classify_kernel(name, cat)
+    row = (_collective_row(args, dur_s, i)
+           if category == "nccl" and "Collective name" in args else None)
+    time_s[category] += dur_s
+    count[category] += 1
+    ext = args.get("External id", args.get("external id"))  # the latter: PyTorch 1.8/1.9 kernel events
+    if cat == "kernel" and isinstance(ext, int) and not isinstance(ext, bool) and category != "nccl":
+        kernel_s_by_id[ext] = kernel_s_by_id.get(ext, 0.0) + dur_s
+    if category == "nccl":
+        key = row["collective"] if row else coll or "unknown"
+        nccl_time_s[key] = nccl_time_s.get(key, 0.0) + dur_s
+        if row:
+            colls.append(row)
 
 
 def _gemm_call(args: dict, op: str, i: int) -> tuple[int, list, str] | None:
