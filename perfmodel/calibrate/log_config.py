@@ -51,7 +51,8 @@ def _whole(args: dict, name: str, where: str, default=InputError, maximum: int =
 SWITCHES = ("checkpoint_activations", "recompute_activations", "bf16", "fp16", "deepspeed", "use_torch_fsdp2",
             "use_custom_fsdp", "use_megatron_fsdp", "use_distributed_optimizer", "group_query_attention", "swiglu",
             "squared_relu", "untie_embeddings_and_output_weights", "sequence_parallel", "overlap_grad_reduce",
-            "overlap_param_gather", "tp_comm_overlap", "accumulate_allreduce_grads_in_fp32")
+            "overlap_param_gather", "tp_comm_overlap", "accumulate_allreduce_grads_in_fp32", "use_flash_attn",
+            "use_flash_attn_v1", "use_flash_attn_v2", "use_flash_attn_triton")
 
 
 def _flag(args: dict, name: str) -> bool:
@@ -64,7 +65,8 @@ MODELLED_ARGS = SWITCHES + (
     "data_parallel_size", "num_attention_heads", "hidden_size", "num_query_groups", "num_layers", "ffn_hidden_size",
     "padded_vocab_size", "vocab_size", "make_vocab_size_divisible_by", "seq_length", "micro_batch_size",
     "global_batch_size", "virtual_pipeline_model_parallel_size", "zero_stage", "recompute_granularity",
-    "num_experts", "fp8", "fp8_recipe")
+    "num_experts", "fp8", "fp8_recipe", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "attention_backend", "transformer_impl")
 
 
 def _check_later_blocks(args: dict, where: str) -> None:
@@ -112,15 +114,65 @@ def _vocab(args: dict, tp: int, where: str) -> int:
                      "tokenizer_type GPT2BPETokenizer)", where)
 
 
-def _recompute(args: dict) -> str:
+def _recompute(args: dict, layers_per_chunk: int, where: str) -> str:
+    """none, selective or full, as the block states it. What the cost model has no mode for is refused, not
+    costed as the nearest mode: full recomputation of only some layers (--recompute-method block with
+    --recompute-num-layers below a model chunk's layers: Megatron-LM recomputes that many per chunk) and
+    selective recomputation of modules beyond the attention core (--recompute-modules, Megatron-Core 0.12+;
+    its default is ['core_attn'])."""
     granularity = arg_value(args.get("recompute_granularity"))
-    if granularity in ("full", "selective"):
+    if granularity == "full":
+        method, count = arg_value(args.get("recompute_method")), arg_value(args.get("recompute_num_layers"))
+        if (method == "block" and isinstance(count, int) and not isinstance(count, bool)
+                and 0 <= count < layers_per_chunk):
+            raise InputError("recompute_num_layers", f"{count} of each model chunk's {layers_per_chunk} layers "
+                             "recomputed (recompute_method block): recomputing only some layers is not modelled "
+                             "(full recomputes every layer)", _at(args, "recompute_num_layers", where))
+        return granularity
+    if granularity == "selective":
+        modules = arg_value(args.get("recompute_modules"))
+        names = modules if isinstance(modules, (list, tuple)) else [] if modules is None else [modules]
+        beyond = [m for m in names if m != "core_attn"]
+        if beyond:
+            raise InputError("recompute_modules", f"selective recomputation of {', '.join(map(str, beyond))} is not "
+                             "modelled (selective is the attention core's, 'core_attn', Megatron's default)",
+                             _at(args, "recompute_modules", where))
         return granularity
     if _flag(args, "checkpoint_activations"):  # Megatron-LM before 2022: --checkpoint-activations = full
         return "full"
     if _flag(args, "recompute_activations"):  # 2022-: --recompute-activations = selective
         return "selective"
     return "none"
+
+
+#: switches that turn a FlashAttention kernel on: Megatron-LM's --use-flash-attn (2023-2024, the local
+#: attention) and Megatron-DeepSpeed's --use-flash-attn(-v1) / -v2 / -triton
+FLASH_SWITCHES = ("use_flash_attn", "use_flash_attn_v1", "use_flash_attn_v2", "use_flash_attn_triton")
+
+
+def _flash_attention(args: dict, where: str) -> bool | None:
+    """Whether the run's attention is a fused flash kernel, as the block states it; None where it does not
+    say (the stack's profile decides). Megatron-Core's --attention-backend (AttnBackend.flash / fused / unfused
+    / local / auto) names it; else a FlashAttention switch on means flash, and every printed switch off
+    means none unless TransformerEngine's attention runs (--transformer-impl transformer_engine: TE picks its
+    own fused kernel, whatever --use-flash-attn says)."""
+    backend = arg_value(args.get("attention_backend"))
+    if backend is not None:
+        kind = str(backend).rsplit(".", 1)[-1]
+        if kind in ("flash", "fused"):
+            return True
+        if kind in ("unfused", "local"):
+            return False
+        if kind == "auto":
+            return None
+        raise InputError("attention_backend", f"must be one of flash, fused, unfused, local, auto (got "
+                         f"{args.get('attention_backend').strip()!r})", _at(args, "attention_backend", where))
+    printed = [name for name in FLASH_SWITCHES if arg_value(args.get(name)) is not None]
+    if any(_flag(args, name) for name in printed):
+        return True
+    if printed and arg_value(args.get("transformer_impl")) in (None, "local"):
+        return False
+    return None
 
 
 def _precision(args: dict, where: str) -> str:
@@ -195,13 +247,16 @@ def megatron_log_specs(
         )
         check_node_size(gpu, gpus_per_node or gpu.default_gpus_per_node, scale_out_gbit_per_s)
         cluster = ClusterSpec.build(gpu, world, gpus_per_node, scale_out_gbit_per_s, network=network)
+        vpp = _whole(args, "virtual_pipeline_model_parallel_size", where, 1)
         parallel = ParallelSpec(
-            tp=tp, pp=pp, dp=dp, cp=cp, vpp=_whole(args, "virtual_pipeline_model_parallel_size", where, 1),
+            tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
             micro_batch=_whole(args, "micro_batch_size", where), sp=_flag(args, "sequence_parallel") and tp > 1,
-            zero_stage=_zero_stage(args, where), recompute=_recompute(args),
+            zero_stage=_zero_stage(args, where),
+            recompute=_recompute(args, max(model.n_layers // (pp * vpp), 1), where),
         )
         job = JobSpec(global_batch=_whole(args, "global_batch_size", where), seq_len=_whole(args, "seq_length", where),
-                      precision=_precision(args, where), framework=framework)
+                      precision=_precision(args, where), framework=framework,
+                      flash_attention=_flash_attention(args, where))
     except ValidationError as exc:
         raise from_validation_error(exc, where=where) from None
     return model, cluster, parallel, job

@@ -2,6 +2,7 @@
 iteration lines the measured time, and the stack's kernel efficiency is fitted to it."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -248,3 +249,79 @@ def test_a_trace_group_that_part_fills_a_node_is_compared():
     assert check["nccl_kernels_compared"] == 2 and check["nccl_kernels_not_compared"] == 0
     # nothing the model costs (a broadcast): no check at all
     assert _trace_nccl_check(coll.tail(1), H100, None, None, None, load_calibration(None)) is None
+
+
+def _fixture_args(**change) -> dict:
+    args = dict(parse_megatron_arguments(LOG))
+    args.update({k: str(v) for k, v in change.items()})
+    return args
+
+
+@pytest.mark.parametrize("change,recompute", [
+    ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}, "full"),
+    ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 4}, "full"),
+    ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 32}, "full"),
+    ({"recompute_granularity": "selective", "recompute_modules": "['core_attn']"}, "selective"),
+    ({"recompute_granularity": "selective", "recompute_modules": "None"}, "selective"),
+])
+def test_recomputation_of_every_layer_or_of_the_attention_core_is_read(change, recompute):
+    """uniform recomputes every layer whatever the chunk size; block with every layer of a chunk, too."""
+    assert _specs(_fixture_args(**change))[2].recompute == recompute
+
+
+@pytest.mark.parametrize("change,field", [
+    # Megatron-LM recompute_method block: only recompute_num_layers of each chunk's 32 layers are recomputed
+    ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 2}, "recompute_num_layers"),
+    ({"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 0}, "recompute_num_layers"),
+    # Megatron-Core --recompute-modules beyond core_attn: more than the attention core is recomputed
+    ({"recompute_granularity": "selective", "recompute_modules": "['core_attn', 'mlp']"}, "recompute_modules"),
+    ({"recompute_granularity": "selective", "recompute_modules": "['layernorm']"}, "recompute_modules"),
+    ({"attention_backend": "AttnBackend.sliding"}, "attention_backend"),
+])
+def test_recomputation_or_attention_the_model_has_no_mode_for_is_refused(change, field):
+    with pytest.raises(InputError) as err:
+        _specs(_fixture_args(**change))
+    assert err.value.field == field
+
+
+def test_block_recomputation_counts_a_chunks_layers():
+    """With pp 2 x vpp 2 a chunk holds 8 of the 32 layers: block of 8 is every layer, block of 4 is not."""
+    base = {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 2,
+            "recompute_granularity": "full", "recompute_method": "block"}
+    assert _specs(_fixture_args(**base, recompute_num_layers=8))[2].recompute == "full"
+    with pytest.raises(InputError, match="4 of each model chunk's 8 layers"):
+        _specs(_fixture_args(**base, recompute_num_layers=4))
+
+
+@pytest.mark.parametrize("change,flash", [
+    ({}, None),  # the block does not say: the stack's profile decides
+    ({"use_flash_attn": True}, True),  # Megatron-LM 2023-2024
+    ({"use_flash_attn": False}, False),  # ... off, with the local attention
+    ({"use_flash_attn": False, "transformer_impl": "local"}, False),
+    ({"use_flash_attn": False, "transformer_impl": "transformer_engine"}, None),  # TE picks its own kernel
+    ({"use_flash_attn_v1": False, "use_flash_attn_v2": True, "use_flash_attn_triton": False}, True),  # Megatron-DeepSpeed
+    ({"use_flash_attn_v1": False, "use_flash_attn_v2": False, "use_flash_attn_triton": False}, False),
+    ({"attention_backend": "AttnBackend.flash"}, True),  # Megatron-Core 0.10+
+    ({"attention_backend": "AttnBackend.fused"}, True),
+    ({"attention_backend": "AttnBackend.unfused"}, False),
+    ({"attention_backend": "AttnBackend.local"}, False),
+    ({"attention_backend": "AttnBackend.auto"}, None),
+])
+def test_the_blocks_attention_kernel_is_costed(change, flash):
+    assert _specs(_fixture_args(**change))[3].flash_attention is flash
+
+
+def test_calibrate_costs_a_log_without_flash_attention_without_it(tmp_path):
+    """The same measured time: a block that turns FlashAttention off is predicted slower than one that turns
+    it on, so the fitted kernel efficiency is higher (before: the profile's default for both)."""
+    text = LOG.read_text()
+    fits = {}
+    for flash in (True, False):
+        log = tmp_path / f"flash_{flash}.log"
+        log.write_text(text.replace("  use_distributed_optimizer ", f"  use_flash_attn {'.' * 34} {flash}\n"
+                                    "  use_distributed_optimizer ", 1))
+        out = tmp_path / f"flash_{flash}.yaml"
+        res = _calibrate("--log", str(log), "--gpu", "h100-sxm5-80gb", "--out", str(out))
+        assert res.returncode in (0, 1), res.stderr
+        fits[flash] = float(re.search(r"predicted ([0-9.]+) s", res.stdout).group(1))
+    assert fits[False] > 1.2 * fits[True]

@@ -65,3 +65,16 @@ def test_dtype_spellings_become_canonical(tmp_path, given, canonical):
     df = parse_gemm_csv(_csv(tmp_path, f"m,n,k,dtype,time_us\n4096.0,4096,4096,{given},200\n"))
     assert df["dtype"].tolist() == [canonical] and df["m"].tolist() == [4096]
     assert str(df["m"].dtype) == "int64" and df.attrs["lines"] == [2] and df.attrs["time_column"] == "time_us"
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_the_source_lines_device_is_read_from_a_gzipped_file_too(tmp_path, gzipped):
+    """The ``# source: ...; device=NAME`` line above the header is read as the table is: a gzipped file is
+    decompressed, not scanned as bytes (which found no device, and the --gpu check was skipped)."""
+    import gzip
+
+    text = "# source: my mamf sweep; device=NVIDIA A100-SXM4-80GB\nm,n,k,dtype,time_us\n4096,4096,4096,bf16,500\n"
+    path = tmp_path / ("g.csv.gz" if gzipped else "g.csv")
+    path.write_bytes(gzip.compress(text.encode()) if gzipped else text.encode())
+    df = parse_gemm_csv(path)
+    assert df.attrs["device"] == "NVIDIA A100-SXM4-80GB" and df.attrs["device_line"] == 1

@@ -11,13 +11,14 @@ calibrate can refuse a file measured on another GPU than ``--gpu``.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, require_unique_columns, to_numeric
-from perfmodel.errors import InputError
+from perfmodel.errors import InputError, read_text_file
 from perfmodel.specs.hardware import PEAK_PRECISIONS
 
 _TIME_UNITS_S = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6}
@@ -119,8 +120,9 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
 
 def _source_device(path: str | Path, header_line: int) -> dict[str, object]:
     """``{"device": name, "device_line": n}`` from a ``device=NAME`` fact in a ``#`` comment line
-    above the header (the collection kit's ``# source:`` line: ``device=NVIDIA H200``), else {}."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    above the header (the collection kit's ``# source:`` line: ``device=NVIDIA H200``), else {}. Read as
+    the table is (``read_text_file``: a gzipped file decompressed, not scanned as bytes)."""
+    with io.StringIO(read_text_file(path, "csv", errors="replace")) as f:
         for n, line in enumerate(f, start=1):
             if n >= header_line:
                 break
