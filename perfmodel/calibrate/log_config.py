@@ -66,7 +66,7 @@ MODELLED_ARGS = SWITCHES + (
     "padded_vocab_size", "vocab_size", "make_vocab_size_divisible_by", "seq_length", "micro_batch_size",
     "global_batch_size", "virtual_pipeline_model_parallel_size", "zero_stage", "recompute_granularity",
     "num_experts", "fp8", "fp8_recipe", "recompute_method", "recompute_num_layers", "recompute_modules",
-    "attention_backend", "transformer_impl")
+    "attention_backend", "transformer_impl", "cp_comm_type")
 
 
 def _check_later_blocks(args: dict, where: str) -> None:
@@ -143,6 +143,20 @@ def _recompute(args: dict, layers_per_chunk: int, where: str) -> str:
     if _flag(args, "recompute_activations"):  # 2022-: --recompute-activations = selective
         return "selective"
     return "none"
+
+
+def _cp_kind(args: dict, cp: int, where: str) -> str:
+    """ring or ulysses: Megatron-Core's --cp-comm-type (one for all layers, or a list of one per layer) p2p
+    (K/V blocks around a ring) or a2a (DeepSpeed-Ulysses' all-to-all of heads); allgather and the a2a+p2p
+    hierarchy are not modelled. Not printed (Megatron before core 0.9): p2p, its only kind then."""
+    value = arg_value(args.get("cp_comm_type"))
+    kinds = set(value) if isinstance(value, (list, tuple)) else {value}
+    if cp <= 1 or kinds <= {None, "p2p"}:
+        return "ring"
+    if kinds == {"a2a"}:
+        return "ulysses"
+    raise InputError("cp_comm_type", f"context parallelism by {args.get('cp_comm_type').strip()} is not modelled "
+                     "(p2p: ring, a2a: all-to-all, one kind for every layer)", _at(args, "cp_comm_type", where))
 
 
 #: switches that turn a FlashAttention kernel on: Megatron-LM's --use-flash-attn (2023-2024, the local
@@ -251,7 +265,7 @@ def megatron_log_specs(
         parallel = ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
             micro_batch=_whole(args, "micro_batch_size", where), sp=_flag(args, "sequence_parallel") and tp > 1,
-            zero_stage=_zero_stage(args, where),
+            zero_stage=_zero_stage(args, where), cp_kind=_cp_kind(args, cp, where),
             recompute=_recompute(args, max(model.n_layers // (pp * vpp), 1), where),
         )
         job = JobSpec(global_batch=_whole(args, "global_batch_size", where), seq_len=_whole(args, "seq_length", where),

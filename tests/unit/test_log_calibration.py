@@ -325,3 +325,21 @@ def test_calibrate_costs_a_log_without_flash_attention_without_it(tmp_path):
         assert res.returncode in (0, 1), res.stderr
         fits[flash] = float(re.search(r"predicted ([0-9.]+) s", res.stdout).group(1))
     assert fits[False] > 1.2 * fits[True]
+
+
+@pytest.mark.parametrize("change,kind", [
+    ({"context_parallel_size": 2, "world_size": 16}, "ring"),  # not printed: p2p, Megatron's only kind before 0.9
+    ({"context_parallel_size": 2, "world_size": 16, "cp_comm_type": "['p2p']"}, "ring"),
+    ({"context_parallel_size": 2, "world_size": 16, "cp_comm_type": "a2a"}, "ulysses"),
+    ({"context_parallel_size": 2, "world_size": 16, "cp_comm_type": "['a2a', 'a2a']"}, "ulysses"),
+    ({"cp_comm_type": "['allgather']"}, "ring"),  # cp 1: no context parallelism to cost
+])
+def test_the_blocks_context_parallel_kind_is_costed(change, kind):
+    assert _specs(_fixture_args(**change))[2].cp_kind == kind
+
+
+@pytest.mark.parametrize("value", ["['allgather']", "['a2a+p2p']", "['p2p', 'a2a']"])
+def test_context_parallel_kinds_the_model_lacks_are_refused(value):
+    with pytest.raises(InputError) as err:
+        _specs(_fixture_args(context_parallel_size=2, world_size=16, cp_comm_type=value))
+    assert err.value.field == "cp_comm_type"
