@@ -290,7 +290,7 @@ def framework_note(framework: str | None, cal=None) -> str | None:
 @app.command()
 def validate(
     runs_csv: Annotated[Path, typer.Argument(help="Runs CSV in the runs schema.")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the predictions CSV.")],
+    out: Annotated[str, typer.Option("--out", help="Where to write the predictions CSV.")],
     calibration: CalibrationOpt = None,
 ):
     """Predict every row of a runs CSV and report the error against the measured throughput."""
@@ -298,10 +298,11 @@ def validate(
 
     from perfmodel.calibration_profile import load_calibration
     from perfmodel.calibrate.parsers.runs_csv import gpu_profile_paths, read_runs_csv
-    from perfmodel.errors import output_file, same_file, write_file_atomic
+    from perfmodel.errors import file_path_option, output_file, same_file, write_file_atomic
     from perfmodel.validate import error_table, predict_runs
 
     try:
+        out = file_path_option(out, "CSV")
         df = read_runs_csv(runs_csv)
         if out.is_dir():
             raise InputError("out", "is a folder; give a CSV file path", where=str(out))
@@ -321,8 +322,8 @@ def validate(
         fail(InputError("out", f"cannot write {out} ({exc.strerror or exc})"))
     table, summary = error_table(df, pred)
     with pd.option_context("display.width", 160, "display.max_rows", 200):
-        typer.echo("tokens/s/GPU absolute percentage error per source:")
-        typer.echo(table.round(1).to_string())
+        typer.echo("tokens/s/GPU absolute percentage error per source (-: no row of it scored):")
+        typer.echo(table.round(1).to_string(na_rep="-"))
     counts = f"rows {summary['rows']}, ok {summary['ok']} ({summary['ok_fraction']:.1%}), scored {summary['scored']}"
     if summary["scored"] == 0:
         typer.echo(f"{counts}; no row could be scored (see status and reason in {out})")
@@ -338,7 +339,7 @@ def validate(
 @app.command()
 def calibrate(
     gpu: GpuOpt,
-    out: Annotated[Path, typer.Option("--out", help="Calibrated profile YAML to write.")],
+    out: Annotated[str, typer.Option("--out", help="Calibrated profile YAML to write.")],
     nccl_tests: Annotated[list[Path], typer.Option("--nccl-tests", help="nccl-tests output (repeatable).")] = [],
     trace: Annotated[list[Path], typer.Option("--trace", help="PyTorch-profiler trace JSON (repeatable).")] = [],
     log: Annotated[list[Path], typer.Option("--log", help="Training log (repeatable); a Megatron log with its arguments block fits its stack's kernel efficiency.")] = [],
@@ -353,10 +354,11 @@ def calibrate(
 ):
     """Fit the model to measured inputs and write a calibrated profile (--calibration FILE applies it)."""
     from perfmodel.calibrate.command import run_calibration
+    from perfmodel.errors import file_path_option
 
     try:
         run_calibration(
-            gpu=gpu, out=out, nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
+            gpu=gpu, out=file_path_option(out, "YAML"), nccl_tests=nccl_tests, traces=trace, logs=log, gemms=gemm, runs=runs,
             gpus_per_node=gpus_per_node, scale_out_gbit_per_s=scale_out_gbit_per_s, network=network,
             echo=typer.echo, base_path=calibration,
         )

@@ -12,8 +12,8 @@ and the ZeRO++ tutorial (docs/_tutorials/zeropp.md; Wang et al. 2023, arXiv 2306
 - ``sequence_parallel_size`` (DeepSpeed-Ulysses without an mpu: the context-parallel size, by which
   DeepSpeed divides the world for the data-parallel size of its batch check, runtime/config.py).
 
-Keys DeepSpeed accepts that do not change the modelled step (optimizer, scheduler, logging ...) are
-listed in ``IGNORED_*`` and skipped; those that would change it but are not modelled (prefetch and bucket
+Keys DeepSpeed accepts that do not change the modelled step (scheduler, logging ...) are
+listed in ``IGNORED_*`` and skipped (an ``optimizer`` only once its ``type`` keeps Adam's state, as costed); those that would change it but are not modelled (prefetch and bucket
 sizes, gradient-accumulation dtypes, curriculum learning ...) are skipped with a note naming them
 (``NOT_MODELLED``). Anything else is an error, as is a contradiction (bf16 and fp16 both on; ZeRO++ without
 stage 3; a batch that does not add up) and what the model does not cost (CPU/NVMe offload, Apex AMP, an
@@ -68,6 +68,11 @@ NOT_MODELLED = {"data_types", "curriculum_learning", "data_efficiency",
                 "reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
                 "memory_efficient_linear", "fp16_master_weights_and_grads", "bf16_master_weights_and_grads",
                 "bf16_optimizer_states"}
+#: DeepSpeed's optimizer names (runtime/config.py, compared lower-cased) whose state is Adam's -- two fp32
+#: moments per parameter besides the fp32 master copy -- as the model costs it; others (SGD, Adagrad, Lion,
+#: Muon: one moment or none) would change the optimizer memory and are refused
+ADAM_STATE_OPTIMIZERS = ("adam", "adamw", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw",
+                         "fusedadam", "fusedlamb", "deepspeedcpuadam")
 #: the optimizer / parameter offload of ZeRO (and ZeRO-Offload's older keys): not modelled unless off
 OFFLOAD_ZERO = {"offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory"}
 #: the Hugging Face Trainer's placeholder, filled from its own arguments before DeepSpeed reads the config
@@ -215,6 +220,21 @@ def _enabled(d: dict, key: str) -> bool | None:
     return v
 
 
+def _check_optimizer(optimizer) -> None:
+    """The config's optimizer (DeepSpeed builds it from ``optimizer.type``) must keep Adam's state, which the
+    memory and the optimizer step are costed with; without one, the training code's own is used."""
+    if optimizer is None:
+        return
+    if not isinstance(optimizer, dict):
+        raise InputError(f"{PREFIX}.optimizer", f"must be an object with a \"type\" (got {optimizer!r:.60})")
+    kind = optimizer.get("type")
+    if not isinstance(kind, str) or not kind.strip():
+        raise InputError(f"{PREFIX}.optimizer.type", f"must name the optimizer (got {kind!r:.60})")
+    if kind.strip().lower() not in ADAM_STATE_OPTIMIZERS:
+        raise InputError(f"{PREFIX}.optimizer.type", f"{kind!r} is not modelled: the optimizer memory and step are "
+                         "Adam's (two fp32 moments per parameter): one of " + ", ".join(ADAM_STATE_OPTIMIZERS[:8]))
+
+
 def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     """Validate a loaded DeepSpeed config and return the settings the model uses."""
     if not isinstance(data, dict):
@@ -232,6 +252,7 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
         raise InputError(f"{PREFIX}.zero_optimization.{key}", "offloading the optimizer or the parameters to CPU "
                          "or NVMe is not modelled (only activation offloading is); leave it out or set its device "
                          "to \"none\"")
+    _check_optimizer(data.get("optimizer"))
     amp = data.get("amp")
     if amp is not None and (not isinstance(amp, dict) or amp.get("enabled", False) is not False):
         raise InputError(f"{PREFIX}.amp", "Apex AMP is not modelled: enable bf16 or fp16 instead")

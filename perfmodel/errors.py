@@ -139,6 +139,18 @@ def _read_gzip_text(path, field: str, errors: str) -> str:
         raise InputError(field, f"gzip-compressed, but cannot be decompressed ({exc})", where=str(path)) from None
 
 
+def file_path_option(raw: str, kind: str, field: str = "out") -> Path:
+    """A file option's path as typed: one that ends in a path separator names a folder (``Path`` would drop
+    the separator and a write would make a file of that name)."""
+    import os
+    from pathlib import Path
+
+    if raw.endswith(tuple(sep for sep in (os.sep, os.altsep, "/") if sep)):
+        raise InputError(field, f"ends with a path separator: that names a folder; give a {kind} file path",
+                         where=raw)
+    return Path(raw)
+
+
 def output_file(path, field: str = "out") -> Path:
     """The file a write to ``path`` lands in: a symbolic link's resolved target (the link stays a link,
     as a shell's ``>`` keeps it), else ``path``. InputError when it exists and is not a regular file

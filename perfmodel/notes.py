@@ -70,7 +70,18 @@ def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None =
     not modelled (``ModelSpec.notes``), its stack and its fabric."""
     return list(model.notes if model is not None else ()) + [
         n for n in (framework_note(job.framework, cal), kernel_bound_note(job.framework, cal),
-                    network_note(cluster.network, cal), unfused_attention_note(job, cluster, cal)) if n]
+                    network_note(cluster.network, cal), unfused_attention_note(job, cluster, cal),
+                    position_table_note(job, model)) if n]
+
+
+def position_table_note(job: JobSpec, model: ModelSpec | None) -> str | None:
+    """A sequence longer than a learned position table (GPT-2/3, BLOOM-style absolute embeddings) is not a
+    run of that model: it needs a larger table (Megatron's --max-position-embeddings), a model of its own."""
+    if model is None or not model.learned_pos_emb or not model.max_seq_len or job.seq_len <= model.max_seq_len:
+        return None
+    return (f"{model.name} learned position embeddings for {model.max_seq_len:,} positions: sequences of "
+            f"{job.seq_len:,} tokens need a table of {job.seq_len:,} rows (--max-position-embeddings {job.seq_len}), "
+            f"a model it was not trained as; costed with its {model.max_seq_len:,}-row table")
 
 
 #: from this sequence length on, unfused attention's s x s scores are said (they dominate time and memory)

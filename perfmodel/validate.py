@@ -126,7 +126,7 @@ def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dic
     with np.errstate(divide="ignore", invalid="ignore"):
         ape = np.abs(pred["pred_tokens_per_s_per_gpu"].to_numpy() / truth - 1.0) * 100.0
     frame = pd.DataFrame({
-        "source": run_sources(df).to_numpy(),
+        "source": run_sources(df).fillna("(no run_id)").to_numpy(),
         "ok": (pred["status"] == "ok").to_numpy(),
         "ape": ape,
     })

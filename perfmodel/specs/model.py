@@ -63,7 +63,7 @@ class ModelSpec(BaseModel):
             raise ValueError("must be an integer, not text")
         return not_a_boolean(value, "integer")
 
-    @field_validator("tied_embeddings", "learned_pos_emb", "parallel_block", mode="before")
+    @field_validator("tied_embeddings", "learned_pos_emb", "parallel_block", "qkv_bias", mode="before")
     @classmethod
     def _a_boolean(cls, value):
         return strict_boolean(value)

@@ -1,5 +1,6 @@
 """Through the real entry point (``perfmodel`` main): every failure is one ``error:`` line, exit 2,
 no traceback; a runs CSV with broken rows still yields one output row per input row."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -317,3 +318,64 @@ def test_comm_says_when_the_fabric_has_no_calibration_entry():
     assert set(_json.loads(run(*base, "--network", "efa", "--json").stdout)) == {
         "time_s", "algbw_gb_per_s", "busbw_gb_per_s"}  # CONTRACT's keys exactly when there is nothing to say
     assert "note: network 'Bogus net'" in run(*base, "--network", "Bogus net").stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["validate", "calibration/data/runs/calibration_runs.csv"],
+    ["calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", "tests/fixtures/parsers/gemm_ok.csv"],
+])
+def test_an_out_path_ending_in_a_separator_names_a_folder_and_is_refused(tmp_path, command):
+    """``--out newdir/`` wrote a file called newdir (Path drops the separator): a folder path is refused."""
+    target = tmp_path / "newdir"
+    res = run(*command, "--out", f"{target}/")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.startswith("error: ") and "out: ends with a path separator" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not target.exists()
+
+
+@pytest.mark.parametrize("run_id", ["r1", ""])
+def test_validate_summary_has_no_nan_and_no_dataframe_dump(tmp_path, run_id):
+    """A row without a measured throughput is not scored, and one without a run id is not costed: the
+    summary says so with '-' and a source name, not NaN or pandas' 'Empty DataFrame'."""
+    runs = tmp_path / "runs.csv"
+    runs.write_text(f"run_id,n_layers,hidden_size,seq_len,gpu,n_gpus\n{run_id},32,4096,4096,h100-sxm5-80gb,8\n")
+    res = run("validate", str(runs), "--out", str(tmp_path / "pred.csv"))
+    assert res.returncode == (0 if run_id else 1), res.stderr
+    assert "NaN" not in res.stdout and "nan" not in res.stdout and "Empty DataFrame" not in res.stdout
+    assert "scored 0" in res.stdout
+
+
+@pytest.mark.parametrize("column", ["precision", "recompute", "mlp", "framework", "zeropp", "network", "gpu"])
+def test_a_text_cell_reading_nan_is_blank_as_in_a_number_column(tmp_path, column):
+    """README: a cell reading nan (a frame written after .astype(str)) is blank. It was in number columns
+    only: precision / gpu 'nan' came out unsupported, recompute / mlp / zeropp invalid."""
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+    from perfmodel.validate import predict_runs
+
+    head = "run_id,n_layers,hidden_size,seq_len,gpu,n_gpus,global_batch,precision,recompute,mlp,framework,zeropp,network"
+    cells = {"gpu": "h100-sxm5-80gb"}
+    rows = []
+    for rid, value in (("a-1", ""), ("a-2", "nan"), ("a-3", "NaN")):
+        row = {**{c: "" for c in head.split(",")}, "run_id": rid, "n_layers": "32", "hidden_size": "4096",
+               "seq_len": "4096", "n_gpus": "8", "global_batch": "8", **cells, column: value}
+        rows.append(",".join(row[c] for c in head.split(",")))
+    path = tmp_path / "runs.csv"
+    path.write_text(head + "\n" + "\n".join(rows) + "\n")
+    pred = predict_runs(read_runs_csv(path))
+    assert pred["status"].nunique() == 1 and pred["reason"].fillna("").nunique() == 1, pred[["status", "reason"]]
+    assert pred["pred_iteration_time_s"].fillna(-1).nunique() == 1
+
+
+@pytest.mark.parametrize("model,seq_len,noted", [
+    ("gpt3-175b", 8192, True),    # learned positions: 2,048
+    ("gpt3-175b", 2048, False),
+    ("llama3-8b", 32768, False),  # RoPE: no position table to outgrow
+])
+def test_a_sequence_longer_than_a_learned_position_table_is_said(model, seq_len, noted):
+    res = run("estimate", "--model", model, "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "64",
+              "--seq-len", str(seq_len), "--tp", "8", "--pp", "8", "--recompute", "full", "--json")
+    assert res.returncode == 0, res.stderr
+    notes = [n for n in json.loads(res.stdout)["notes"] if "position" in n]
+    assert bool(notes) is noted
+    if noted:
+        assert f"--max-position-embeddings {seq_len}" in notes[0] and "2,048" in notes[0]

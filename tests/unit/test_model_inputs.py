@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 import perfmodel
 from perfmodel import InputError
@@ -328,3 +329,13 @@ def test_a_sliding_window_is_a_note_of_every_output(tmp_path):
                                    "--global-batch", "8", "--json"])
     assert res.exit_code == 0 and not res.stderr
     assert any("sliding_window" in n for n in json.loads(res.stdout)["notes"])
+
+
+@pytest.mark.parametrize("field", ["tied_embeddings", "learned_pos_emb", "parallel_block", "qkv_bias"])
+@pytest.mark.parametrize("value", [1, 0.0, "yes", "off", "true"])
+def test_a_model_switch_is_true_or_false_not_a_value_to_coerce(field, value):
+    """Every yes/no field of a model refuses 1, 0.0 and words alike (qkv_bias took them: it changes the
+    emitted flags)."""
+    base = pm.load_model("llama3-8b").model_dump()
+    with pytest.raises(ValidationError, match="true or false"):
+        pm.ModelSpec(**{**base, field: value})

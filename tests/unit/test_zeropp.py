@@ -186,6 +186,12 @@ def test_deepspeed_config_reads_zeropp_keys():
      "communication_data_type"),
     ({"fp16": {"enabled": True}, "communication_data_type": "bf16"}, "communication_data_type"),
     ({"zero_optimization": {"stage": 2, "reduce_scatter": False}}, "zero_optimization.reduce_scatter"),
+    # an optimizer without Adam's two moments changes the optimizer memory (CLI audit 2026-12-01)
+    ({"optimizer": {"type": "SGD", "params": {"lr": 0.1}}}, "optimizer.type"),
+    ({"optimizer": {"type": "Adagrad"}}, "optimizer.type"),
+    ({"optimizer": {"type": "Lion"}}, "optimizer.type"),
+    ({"optimizer": {"params": {"lr": 0.1}}}, "optimizer.type"),
+    ({"optimizer": "adam"}, "deepspeed_config.optimizer"),
 ])
 def test_deepspeed_config_errors_name_the_key(bad, field):
     with pytest.raises(InputError) as exc:
@@ -314,3 +320,9 @@ def test_deepspeed_autotp_keys_as_deepspeed_reads_them():
     per_dp = parse_deepspeed_config({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 1,
                                      "gradient_accumulation_steps": 16, "tensor_parallel": {"autotp_size": 4}})
     assert per_dp.batch(16) == (256, 1, 16)
+
+
+@pytest.mark.parametrize("kind", ["Adam", "AdamW", "adamw", "Lamb", "OneBitAdam", "ZeroOneAdam", "FusedAdam"])
+def test_adam_state_optimizers_are_costed(kind):
+    ds = parse_deepspeed_config({**TUTORIAL, "optimizer": {"type": kind, "params": {"lr": 1e-4}}})
+    assert ds.zero_stage == 3

@@ -1,7 +1,7 @@
 """Measured-runs CSV in the canonical schema of ``data/README.md`` -> DataFrame.
 
 Integer columns stay int64 when complete and become float64 (NaN) when a cell is blank;
-text columns are str with blanks as NaN. Unknown extra columns are kept as text.
+text columns are str with blanks (and cells reading nan) as NaN. Unknown extra columns are kept as text.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     to_numeric(df, FLOAT_COLUMNS, lines, path, row_errors=row_errors)
     for col in [c for c in df.columns if c not in INT_COLUMNS + FLOAT_COLUMNS]:
         cells = df[col].map(lambda v: "" if v is None or v != v else str(v).strip())
-        df[col] = cells.where(cells != "", np.nan)
+        # 'nan' (how pandas writes a missing cell of a frame turned to text) is blank here as in a number column
+        df[col] = cells.where((cells != "") & (cells.str.lower() != "nan"), np.nan)
     # a measurement is not negative (a printed 0% MFU is a rounded one), a throughput or a step time is not
     # 0 (no run takes no time), a utilization is a fraction (45 is a percent typed where 0.45 belongs), and
     # the target names a measured column
