@@ -244,6 +244,8 @@ def load_calibration(path: str | Path | None) -> Calibration:
     own copy (a caller that changes one changes no other), read again where the file changed since."""
     if path is None:
         return _default().model_copy(deep=True)
+    if not isinstance(path, (str, Path)):
+        raise InputError("calibration", f"must be a profile path (str or Path) or None (got {type(path).__name__})")
     return _load(str(path), file_stamp(path)).model_copy(deep=True)
 
 

@@ -328,8 +328,17 @@ def estimate(
     ``search`` and ``whatif``, and ``calibration`` a profile's path."""
     from perfmodel.api_inputs import api_inputs
 
+    from perfmodel.deepspeed_config import check_hpz_partition
+
+    if parallel is None:
+        raise InputError("parallel", "is required: the ParallelSpec to estimate (perfmodel.search finds one)")
     # every spec through its validators (a model_copy(update=...) skips them); a model or calibration by path
     model, cluster, job, parallel, calibration = api_inputs(model, cluster, job, parallel, calibration)
+    if hpz_partition_size is not None:
+        if isinstance(hpz_partition_size, bool) or not isinstance(hpz_partition_size, int) or hpz_partition_size < 1:
+            raise InputError("hpz_partition_size", f"must be a whole number of ranks >= 1 (1: one node's, DeepSpeed's "
+                             f"zero_hpz_partition_size; got {hpz_partition_size!r})")
+        check_hpz_partition(hpz_partition_size, cluster.n_gpus, parallel.dp * parallel.cp, parallel.tp)
     job = job.for_gpu(cluster.gpu)
     if "zero_stage" not in parallel.model_fields_set:
         parallel = parallel.model_copy(update={"zero_stage": rules.default_zero_stage(job.framework)})

@@ -94,6 +94,17 @@ def _point_calibration(value: Any) -> tuple[Calibration, str]:
     return load_calibration(value), str(value)
 
 
+def _is_number(value) -> bool:
+    """A number, or text that reads as one (the CLI's --vary values are text)."""
+    if isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
     if not 1 <= len(sweep) <= 2:
         raise InputError("sweep", f"must name one or two variables (got {len(sweep)})")
@@ -101,9 +112,16 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
     for name, values in sweep.items():
         if name not in VARIABLES:
             raise InputError("sweep", f"unknown variable {name!r}; one of {', '.join(VARIABLES)}")
-        values = list(values) if not isinstance(values, (str, bytes)) else [values]
+        if isinstance(values, (str, bytes)):
+            values = [values]
+        try:
+            values = list(values)
+        except TypeError:
+            raise InputError(f"sweep.{name}", f"must be a list of values (got {values!r:.60})") from None
         if not values:
             raise InputError(f"sweep.{name}", "needs at least one value")
+        if name in NUMERIC and not all(_is_number(v) for v in values):
+            raise InputError(f"sweep.{name}", f"values must be numbers (got {values!r:.80})")
         if name in NUMERIC and not all(0 < float(v) < float("inf") for v in values):
             raise InputError(f"sweep.{name}", f"values must be positive finite numbers (got {values})")
         if name == "scale_out_gbit_per_s" and any(float(v) < MIN_GBIT_PER_S for v in values):

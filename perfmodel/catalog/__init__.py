@@ -289,6 +289,8 @@ def _load_gpu_file(path_str: str, stamp: tuple[int, int] | None) -> AcceleratorS
 def load_gpu(ref: str | Path) -> AcceleratorSpec:
     """An AcceleratorSpec from a catalog name (hardware_profiles/NAME.yaml) or a YAML path. Each call returns
     its own copy (a caller that changes one changes no other), read again where the file changed since."""
+    if not isinstance(ref, (str, Path)):
+        raise InputError("gpu", f"must be a catalog name or a hardware-profile path (got {type(ref).__name__})")
     return _cached_gpu(str(ref)).model_copy(deep=True)
 
 

@@ -531,6 +531,25 @@ def pareto_front(best: pd.DataFrame) -> pd.DataFrame:
     return best[best["tokens_per_s"].to_numpy() > prev].reset_index(drop=True)
 
 
+def _checked_gpu_counts(gpu_counts) -> list[int] | None:
+    """None, or a non-empty list of whole GPU counts from 1 to MAX_GPUS (InputError naming gpu_counts)."""
+    from perfmodel.errors import InputError
+    from perfmodel.limits import MAX_GPUS
+
+    if gpu_counts is None:
+        return None
+    if isinstance(gpu_counts, (str, bytes)) or not hasattr(gpu_counts, "__iter__"):
+        raise InputError("gpu_counts", f"must be a list of GPU counts (got {gpu_counts!r:.60})")
+    counts = list(gpu_counts)
+    if not counts:
+        raise InputError("gpu_counts", "needs at least one GPU count (None searches the cluster's)")
+    for g in counts:
+        whole = isinstance(g, (int, np.integer)) and not isinstance(g, bool)
+        if not whole or not 1 <= g <= MAX_GPUS:
+            raise InputError("gpu_counts", f"must be whole numbers from 1 to {MAX_GPUS:,} (got {g!r:.40})")
+    return [int(g) for g in counts]
+
+
 def search(
     model: ModelSpec | str,
     cluster: ClusterSpec,
@@ -563,6 +582,7 @@ def search(
     from perfmodel.api_inputs import api_inputs
 
     model, cluster, job, _, calibration = api_inputs(model, cluster, job, None, calibration)
+    gpu_counts = _checked_gpu_counts(gpu_counts)
     res = run_search(model, cluster, job, calibration, gpu_counts=gpu_counts, objective=objective,
                      train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
                      zeropp=zeropp)

@@ -293,6 +293,12 @@ class ClusterSpec(BaseModel):
         replaced (0 GPUs per node is a mistake, not 'the default')."""
         from perfmodel.errors import InputError
 
+        if isinstance(gpu, str):  # a name: as load_gpu reads it
+            from perfmodel.catalog import load_gpu
+
+            gpu = load_gpu(gpu)
+        if not isinstance(gpu, AcceleratorSpec):
+            raise InputError("gpu", f"must be an AcceleratorSpec or a catalog name (got {type(gpu).__name__})")
         given = {"gpus_per_node": gpus_per_node, "scale_out_gbit_per_s_per_node": scale_out_gbit_per_s_per_node,
                  "scale_out_latency_us": scale_out_latency_us}
         for name, value in given.items():
