@@ -93,7 +93,7 @@ def plot(table: pd.DataFrame, path: Path, measured: pd.DataFrame | None = None) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.8), sharey=True, layout="constrained")
     for ax, model in zip(axes, (18, 138)):
         for tok, ls in (("1K", "--"), ("2K", "-")):
             t = table[(table.model == model) & (table.tokens_per_gpu == tok)]
@@ -108,12 +108,13 @@ def plot(table: pd.DataFrame, path: Path, measured: pd.DataFrame | None = None) 
                         label=f"measured ZeRO++, {tok}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(table.gbit_per_s.unique()), [str(int(b)) for b in table.gbit_per_s.unique()])
-        ax.set_xlabel("scale-out bandwidth per node (Gbit/s)")
+        ax.set_xlabel("scale-out bandwidth per node (Gbit/s, log scale)")
         ax.set_title(f"GPT {model}B, 384 V100 (16/node)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s per GPU (lines: predicted; open: measured)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    # one legend below both panels: inside one it covered the measured points at 100 Gbit/s
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
 
 

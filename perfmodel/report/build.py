@@ -50,7 +50,18 @@ def figures(data: ReportData) -> dict:
     }
     if data.runs is not None and data.runs["scored"].any():
         figs["runs"] = runs_figure(data.runs[data.runs["scored"]])
+    # each PNG is also a file of its own: it names the job it shows (the runs plot, the runs given)
+    for name, fig in figs.items():
+        if name != "runs":
+            fig.suptitle(job_context(data), x=0.01, ha="left", fontsize=9, color="#444444")
     return figs
+
+
+def job_context(data: ReportData) -> str:
+    """``llama3-70b on 512 x h100-sxm5-80gb, seq len 8,192, global batch 512 (megatron-lm)``."""
+    c, j = data.cluster, data.job
+    return (f"{data.model.name} on {c.n_gpus:,} x {c.gpu.name}, seq len {j.seq_len:,}, global batch "
+            f"{j.global_batch:,}" + (f" ({j.framework})" if j.framework else ""))
 
 
 def _csv_bytes(df, **kwargs) -> bytes:

@@ -74,7 +74,7 @@ def _runs_section(data: ReportData, images: dict[str, bytes]) -> str:
     stats = (f": MAPE {ape.mean():.1f}% over the runs pooled, {by_source.mape.mean():.1f}% averaged over "
              f"{len(by_source)} source{'s' * (len(by_source) != 1)} (each source's MAPE counts once), median "
              f"|error| {ape.median():.1f}%" if len(runs) else "")
-    parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(given):,} runs given, "
+    parts = [H.paragraph(f"Runs file: {data.runs_source or 'given'}; {len(given):,} run{'s' * (len(given) != 1)} given, "
                          f"{len(runs):,} scored{left_text}{stats}.")]
     if "runs" in images:
         parts.append(H.image(images["runs"], "predicted vs measured tokens/s per GPU"))

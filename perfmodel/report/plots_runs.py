@@ -36,11 +36,13 @@ def runs_figure(runs: pd.DataFrame) -> Figure:
     other = ~runs["source"].isin(shown)
     if other.any():
         ax.scatter(meas[other], pred[other], s=14, color="#999999", label=f"other ({other.sum()})", alpha=0.6)
+    log_note = ""
     # log axes where the padded range (0.7x the least to 1.4x the most) spans 1.5 decades (the data about 16x);
     # over less, log ticks are all minor ones (3x10^3 4x10^3 ... run together)
     if hi / lo >= 10.0 ** 1.5:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        log_note = " (log scale)"
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
             axis.set_minor_formatter(NullFormatter())
@@ -49,15 +51,16 @@ def runs_figure(runs: pd.DataFrame) -> Figure:
             axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured tokens/s per GPU")
-    ax.set_ylabel("predicted tokens/s per GPU")
+    ax.set_xlabel(f"measured tokens/s per GPU{log_note}")
+    ax.set_ylabel(f"predicted tokens/s per GPU{log_note}")
     ape = np.abs(runs["error_pct"].to_numpy(dtype=float))
     within = [np.mean(ape <= b * 100) for b in BANDS] if ape.size else [np.nan, np.nan]
     if ape.size:
         macro = runs.assign(ape=ape).groupby("source")["ape"].mean()
-        ax.set_title(f"{len(runs)} runs: MAPE {np.mean(ape):.1f}% pooled, {macro.mean():.1f}% over {len(macro)} "
-                     f"source{'s' * (len(macro) != 1)}; {within[0]:.0%} within 10%, {within[1]:.0%} within 25%",
-                     loc="left", fontsize=10)
+        # two lines: one would run into the right-hand panel's title
+        ax.set_title(f"{len(runs)} run{'s' * (len(runs) != 1)}: MAPE {np.mean(ape):.1f}% pooled, {macro.mean():.1f}% "
+                     f"over {len(macro)} source{'s' * (len(macro) != 1)}\n{within[0]:.0%} within 10%, "
+                     f"{within[1]:.0%} within 25%", loc="left", fontsize=10)
     else:
         ax.set_title("no scored runs", loc="left", fontsize=10)
     ax.legend(fontsize=7.5, loc="upper left")

@@ -91,10 +91,11 @@ def scaling_figure(scaling: pd.DataFrame, current_gpus: int | None = None) -> Fi
     ax.set_xticks(every, [f"{int(x):,}" for x in every])
     ax.set_xticks([], minor=True)
     ax.set_xlim(every[0] / 1.4, every[-1] * 1.4)
-    ax.set_xlabel("GPUs")
+    ax.set_xlabel("GPUs (log scale)")
     ax.set_ylabel("tokens/s per GPU", color=SERIES["throughput"])
     ax.set_ylim(0, top)
-    if current_gpus is not None:
+    # the job's own count marked where the curve's axis holds it (a --scaling-gpus range may not)
+    if current_gpus is not None and every[0] / 1.4 <= current_gpus <= every[-1] * 1.4:
         ax.axvspan(current_gpus / 1.04, current_gpus * 1.04, color="#cccccc", alpha=0.5, zorder=0,
                    label=f"this job: {int(current_gpus):,} GPUs")
     # MFU is tokens/s per GPU times a constant (the model's FLOPs per token over the GPU's peak); no MFU scale

@@ -28,7 +28,8 @@ Flag and key names are the projects' own (checked against their sources):
   ``torchtitan/config/job_config.py``: [training] local_batch_size, global_batch_size, seq_len;
   [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree, fsdp_reshard_after_forward,
   tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule,
-  pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage, context_parallel_degree;
+  pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage, context_parallel_degree,
+  context_parallel_rotate_method;
   [activation_checkpoint] mode, selective_ac_option; [compile] enable; [model] converters
   (``components/quantization/float8.py`` registers "quantize.linear.float8"; mid-2025 sources named it
   "float8").
@@ -336,6 +337,11 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
         f"context_parallel_degree = {c['cp']}",
         f"pipeline_parallel_degree = {c['pp']}",
     ]
+    if c["cp"] > 1:
+        # torchtitan 0.2.0 defaults to "allgather" (torch's _AllGatherRotater: all K/V shards gathered at once);
+        # "alltoall" passes each K/V shard on to the next rank step by step behind the attention of the last,
+        # the ring the model costs (torch.distributed.tensor.experimental._attention set_rotate_method)
+        lines.append('context_parallel_rotate_method = "alltoall"')
     if c["pp"] > 1:
         schedule = "Interleaved1F1B" if c["vpp"] > 1 else "1F1B"
         lines += [

@@ -165,3 +165,36 @@ def test_scaling_plot_without_an_mfu_draws_no_mfu_scale():
                       "status": ["ok", "ok"]})
     fig = scaling_figure(s, 8)
     assert png_bytes(fig).startswith(PNG_SIGNATURE) and not fig.axes[0].child_axes
+
+
+def test_report_plots_name_their_job_and_the_scaling_band_only_where_drawn(data):
+    """Each report PNG is a file of its own: it names the job (model, GPUs, sequence, batch); the scaling
+    legend said 'this job: N GPUs' with no band where N lies off the curve's axis (report audit 2026-12-01)."""
+    from perfmodel.report.build import figures, job_context
+
+    context = job_context(data)
+    assert context.startswith("llama3-8b on 64 x h100-sxm5-80gb, seq len 4,096, global batch 128")
+    for name, fig in figures(data).items():
+        assert fig._suptitle is not None and fig._suptitle.get_text() == context, name
+    on = scaling_figure(data.scaling, 64)
+    off = scaling_figure(data.scaling, 4096)
+    label = lambda fig: [t.get_text() for t in fig.legends[0].get_texts()]  # noqa: E731
+    assert "this job: 64 GPUs" in label(on) and not any("this job" in t for t in label(off))
+    assert "log scale" in on.axes[0].get_xlabel()
+
+
+def test_runs_plot_title_counts_one_run_and_stays_in_its_panel():
+    import pandas as pd
+
+    from perfmodel.report.plots_runs import runs_figure
+
+    one = pd.DataFrame({"source": ["a"], "measured_tokens_per_s_per_gpu": [1000.0],
+                        "pred_tokens_per_s_per_gpu": [1100.0], "error_pct": [10.0]})
+    fig = runs_figure(one)
+    title = fig.axes[0].get_title(loc="left")
+    assert title.startswith("1 run: ") and "\n" in title  # two lines: one ran into the next panel's title
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    left = fig.axes[0]._left_title
+    right = fig.axes[1]._left_title
+    assert left.get_window_extent(renderer).x1 < right.get_window_extent(renderer).x0

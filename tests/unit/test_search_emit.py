@@ -81,6 +81,7 @@ TORCHTITAN = {
         "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
         "pipeline_parallel_degree", "pipeline_parallel_split_points", "pipeline_parallel_layers_per_stage",
         "pipeline_parallel_schedule", "pipeline_parallel_microbatch_size", "context_parallel_degree",
+        "context_parallel_rotate_method",
     },
     "activation_checkpoint": {"mode", "selective_ac_option"},
     "model": {"name", "flavor", "converters"},
@@ -149,6 +150,8 @@ def test_torchtitan_toml_is_real(row):
     par = doc["parallelism"]
     assert par["tensor_parallel_degree"] == row["tp"] and par["pipeline_parallel_degree"] == row["pp"]
     assert par["context_parallel_degree"] == row["cp"]
+    # the ring the model costs: torchtitan 0.2.0's default rotate method "allgather" gathers all K/V at once
+    assert par.get("context_parallel_rotate_method") == ("alltoall" if row["cp"] > 1 else None)
     assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == row["dp"]
     assert doc["activation_checkpoint"]["mode"] == row["recompute"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -289,7 +290,7 @@ def test_whatif_figure_names_the_job_and_marks_points_without_a_configuration():
     fig = whatif_figure(df, context="llama3-8b on 64 x h100; fixed: tp2 pp2")
     assert fig._suptitle.get_text().endswith("\nllama3-8b on 64 x h100; fixed: tp2 pp2")
     assert "crosses on the axis" in fig._suptitle.get_text()
-    crosses = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "x"]
+    crosses = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
     assert len(crosses) == 1 and list(crosses[0].get_xdata()) == list(df.loc[df.status != "ok", "gpus"].astype(float))
     bars = whatif_figure(pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}))
     assert all(t.get_text().endswith("%") for t in bars.axes[1].texts)
@@ -330,13 +331,14 @@ def test_a_long_sweep_labels_a_readable_subset():
     df = pm.whatif(MODEL, CLUSTER, pm.JobSpec(global_batch=2560, seq_len=4096),
                    {"gpus": gpus, "scale_out_gbit_per_s": bands}, mode="fixed",
                    parallel=pm.ParallelSpec(tp=8, micro_batch=1))
-    tput = whatif_figure(df).axes[0]
+    fig = whatif_figure(df)
+    tput = fig.axes[0]
     ticks = [t.get_text() for t in tput.get_xticklabels()]
     assert len(ticks) <= MOST_LABELS and ticks[0] == "64" and ticks[-1] == "2,560"
-    legend = [t.get_text() for t in tput.get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]  # one legend below both panels
     named = [t for t in legend if t.replace(",", "").isdigit()]
     assert len(named) <= MOST_LABELS and {"100", "2,000"} <= set(named)
-    assert "of 20 series named" in tput.get_legend().get_title().get_text()
+    assert "of 20 series named" in fig.legends[0].get_title().get_text()
     colours = {tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
                for line in tput.get_lines() if line.get_label() in {f"{b:,}" for b in bands}}
     assert len(colours) == len(bands)
@@ -361,8 +363,8 @@ def test_named_categories_are_all_labelled_and_coloured_apart():
     df = pd.DataFrame(rows)
     ax = whatif_figure(df, sweep=["gpu"]).axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == names
-    ax = whatif_figure(df, sweep=["gpus", "gpu"]).axes[0]
-    legend = ax.get_legend()
+    fig = whatif_figure(df, sweep=["gpus", "gpu"])
+    ax, legend = fig.axes[0], fig.legends[0]
     assert [t.get_text() for t in legend.get_texts()] == names
     assert len({tuple(line.get_color()) for line in ax.get_lines()}) == len(names)
 
@@ -372,7 +374,48 @@ def test_series_that_round_alike_keep_their_own_names():
     bands = [100.0 + 0.2 * i for i in range(14)]
     rows = [{"gpus": n, "scale_out_gbit_per_s": b, "status": "ok", "tokens_per_s_per_gpu": 1000.0 + b, "mfu": 0.4}
             for b in bands for n in (8, 16)]
-    ax = whatif_figure(pd.DataFrame(rows), sweep=["gpus", "scale_out_gbit_per_s"]).axes[0]
-    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    legend = whatif_figure(pd.DataFrame(rows), sweep=["gpus", "scale_out_gbit_per_s"]).legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
     assert len(texts) == len(set(texts)) and "100.2" in texts and texts[0] == "100"
-    assert f"({len(texts)} of 14 series named)" in ax.get_legend().get_title().get_text()
+    assert f"({len(texts)} of 14 series named)" in legend.get_title().get_text()
+
+
+def test_whatif_crosses_of_two_series_at_one_x_stay_apart_and_empty_series_are_said():
+    """Two series without a configuration at the same x drew one grey cross over the other, and a series with
+    none at all kept a legend line as if drawn (report audit 2026-12-01): each series' crosses now sit on a row
+    of their own in its colour, and its legend entry says none is feasible."""
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"seq_len": [4096, 8192], "gpus": [1, 3, 64]})
+    fig = whatif_figure(df)
+    crosses = [ln for ln in fig.axes[0].get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
+    assert len(crosses) >= 2
+    assert len({tuple(ln.get_ydata()) for ln in crosses}) == len(crosses)  # one row each
+    assert len({ln.get_color() for ln in crosses}) == len(crosses)  # each in its series' colour
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "1 (none feasible)" in labels and "64" in labels
+
+
+def test_tick_labels_are_spaced_on_the_axis():
+    """Close values on a log axis printed over each other ('640768'): the labels kept clear each other."""
+    from perfmodel.report.plots_whatif import label_inches, spaced
+
+    values = np.array([64, 96, 128, 192, 256, 320, 384, 448, 512, 640, 768, 1024, 1280, 1536, 2048], float)
+    labels = [f"{v:,.0f}" for v in values]
+    keep = spaced(np.log2(values), labels, axis_inches=5.0)
+    assert keep[0] == 0 and keep[-1] == len(values) - 1 and len(keep) < len(values)
+    at = (np.log2(values) - np.log2(values[0])) / (np.log2(values[-1]) - np.log2(values[0])) * 5.0
+    for a, b in zip(keep, keep[1:]):
+        assert at[b] - at[a] >= (label_inches(labels[a], 10) + label_inches(labels[b], 10)) / 2
+
+
+@pytest.mark.parametrize("n_gpus_types,layouts_shown", [(2, True), (4, False)])
+def test_bar_layout_labels_only_where_a_bar_holds_them(n_gpus_types, layouts_shown):
+    """Eight bars or fewer got their layout under the number however narrow they were, and neighbours
+    overprinted ('dp512tp1'): a layout is drawn only where the bar is as wide as its label."""
+    gpus = ["h100-sxm5-80gb", "h200-sxm-141gb", "b200", "a100-sxm4-80gb"][:n_gpus_types]
+    rows = [{"gpu": g, "gpus": n, "status": "ok", "tokens_per_s_per_gpu": 1000.0, "mfu": 0.4, "tp": 2, "pp": 4,
+             "dp": 16, "cp": 4, "cp_kind": "ulysses"} for g in gpus for n in ((8,) if n_gpus_types == 2 else (8, 16))]
+    df = pd.DataFrame(rows)
+    df.attrs["mode"] = "best"
+    fig = whatif_figure(df, sweep=["gpu", "gpus"] if n_gpus_types == 4 else ["gpu"])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts and all(("tp2 pp4 dp16 cp4-ulysses" in t) is layouts_shown for t in texts)
