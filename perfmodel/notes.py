@@ -67,7 +67,8 @@ def network_note(network: str | None, cal) -> str | None:
 
 def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None = None) -> list[str]:
     """The notes of a job on a cluster, whatever its configuration: what its model's source states that is
-    not modelled (``ModelSpec.notes``), its stack and its fabric."""
+    not modelled (``ModelSpec.notes``), its stack, its fabric, its attention kernel and a sequence beyond
+    the model's learned position table."""
     return list(model.notes if model is not None else ()) + [
         n for n in (framework_note(job.framework, cal), kernel_bound_note(job.framework, cal),
                     network_note(cluster.network, cal), unfused_attention_note(job, cluster, cal),

@@ -127,7 +127,7 @@ class ObjectStream:
             grow *= 2
 
     # ---- the object ----------------------------------------------------------------------------
-    def members(self, list_key: str) -> Iterator[tuple[str, Any, int]]:
+    def members(self, list_key: str) -> Iterator[tuple[str | None, Any, int]]:
         first = self._peek()
         if first != "{":
             if first and first in '["-0123456789tfn':
