@@ -52,3 +52,24 @@ def api_inputs(model, cluster, job, parallel=None, calibration=None):
 
     return (api_model(model), revalidated(cluster, "cluster", ClusterSpec), revalidated(job, "job", JobSpec),
             None if parallel is None else revalidated(parallel, "parallel", ParallelSpec), api_calibration(calibration))
+
+
+def checked_gpu_counts(gpu_counts, field: str = "gpu_counts") -> list[int] | None:
+    """None, or a non-empty list of whole GPU counts from 1 to ``MAX_GPUS`` (InputError naming ``field``); the
+    CLI's ``--gpus-range`` text is read into such a list first (``cli_options.parse_gpu_counts``)."""
+    import numpy as np
+
+    from perfmodel.limits import MAX_GPUS
+
+    if gpu_counts is None:
+        return None
+    if isinstance(gpu_counts, (str, bytes)) or not hasattr(gpu_counts, "__iter__"):
+        raise InputError(field, f"must be a list of GPU counts (got {gpu_counts!r:.60})")
+    counts = list(gpu_counts)
+    if not counts:
+        raise InputError(field, "needs at least one GPU count (None searches the cluster's)")
+    for g in counts:
+        whole = isinstance(g, (int, np.integer)) and not isinstance(g, bool)
+        if not whole or not 1 <= g <= MAX_GPUS:
+            raise InputError(field, f"must be whole numbers from 1 to {MAX_GPUS:,} (got {g!r:.40})")
+    return [int(g) for g in counts]

@@ -37,8 +37,8 @@ def given_on_command_line(ctx: typer.Context, option: str) -> bool:
 def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
     """``"64,128,256"`` -> [64, 128, 256] (None when not given); each a positive integer of at most
     ``perfmodel.limits.MAX_GPUS``, else InputError naming ``field``."""
+    from perfmodel.api_inputs import checked_gpu_counts
     from perfmodel.errors import InputError
-    from perfmodel.limits import MAX_GPUS
 
     if text is None or not text.strip():
         return None
@@ -49,8 +49,4 @@ def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
         vals = [int(p) for p in parts]
     except ValueError:
         raise InputError(field, f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise InputError(field, f"must hold positive integers (got {text!r})")
-    if max(vals) > MAX_GPUS:
-        raise InputError(field, f"GPU counts must be at most {MAX_GPUS:,} (got {max(vals):,})")
-    return vals
+    return checked_gpu_counts(vals, field)

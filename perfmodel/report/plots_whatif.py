@@ -94,11 +94,11 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
     if numeric:
         xs = sorted(xs, key=float)
     width = 0.8 / max(len(series), 1)
-    axis_inches = 12.0 / 2 - 1.0  # each panel's width, less its labels
+    axis_inches = fig.get_figwidth() / len(axes) - 1.0  # each panel's width, less its labels
     log_x = False
     # more series than the categorical cycle has colours: numeric ones on a sequential map, low to high; named
     # ones (GPUs, profiles) in a longer qualitative cycle, so that no two share a colour
-    colours = None
+    colours = [category_color(k) for k in range(len(series))]
     if s_var in NUMERIC and len(series) > len(CATEGORICAL):
         order = np.argsort(np.argsort([float(v) for v in series]))
         colours = [matplotlib.colormaps[HEATMAP_CMAP](0.9 * o / (len(series) - 1)) for o in order]
@@ -119,8 +119,7 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
             if numeric:  # a line joins the points in x order, whatever order the sweep gave
                 sub = sub.sort_values(x_var, kind="stable", key=lambda col: col.astype(float))
             name = _fmt(s_var, sv) if s_var else "best config" if df.attrs.get("mode") == "best" else "fixed config"
-            color = (colours[k] if colours is not None else category_color(k)) if s_var \
-                else SERIES["throughput" if col != "mfu" else "mfu"]
+            color = colours[k] if s_var else SERIES["throughput" if col != "mfu" else "mfu"]
             y = sub[col].to_numpy(dtype=float) * scale
             if numeric:
                 (handle,) = ax.plot(sub[x_var].to_numpy(dtype=float), y, "o-", color=color, label=name, linewidth=2)
@@ -146,9 +145,8 @@ def whatif_figure(df: pd.DataFrame, sweep: list[str] | None = None, context: str
                 for k, sv in enumerate(series):
                     mine = gone if sv is None else gone[gone[s_var] == sv]
                     if len(mine):
-                        color = (colours[k] if colours is not None else category_color(k)) if s_var else "#888888"
                         ax.plot(mine[x_var].to_numpy(dtype=float), np.full(len(mine), 0.03 + 0.045 * k), "x",
-                                color=color, markersize=8, markeredgewidth=2, transform=foot, clip_on=False)
+                                color=colours[k] if s_var else "#888888", markersize=8, markeredgewidth=2, transform=foot, clip_on=False)
                 (cross,) = ax.plot([], [], "x", color="#888888", markersize=8, markeredgewidth=2,
                                    label="no configuration (invalid or no fit; colour: its series)" if s_var
                                    else "no configuration (invalid or no fit)")

@@ -531,25 +531,6 @@ def pareto_front(best: pd.DataFrame) -> pd.DataFrame:
     return best[best["tokens_per_s"].to_numpy() > prev].reset_index(drop=True)
 
 
-def _checked_gpu_counts(gpu_counts) -> list[int] | None:
-    """None, or a non-empty list of whole GPU counts from 1 to MAX_GPUS (InputError naming gpu_counts)."""
-    from perfmodel.errors import InputError
-    from perfmodel.limits import MAX_GPUS
-
-    if gpu_counts is None:
-        return None
-    if isinstance(gpu_counts, (str, bytes)) or not hasattr(gpu_counts, "__iter__"):
-        raise InputError("gpu_counts", f"must be a list of GPU counts (got {gpu_counts!r:.60})")
-    counts = list(gpu_counts)
-    if not counts:
-        raise InputError("gpu_counts", "needs at least one GPU count (None searches the cluster's)")
-    for g in counts:
-        whole = isinstance(g, (int, np.integer)) and not isinstance(g, bool)
-        if not whole or not 1 <= g <= MAX_GPUS:
-            raise InputError("gpu_counts", f"must be whole numbers from 1 to {MAX_GPUS:,} (got {g!r:.40})")
-    return [int(g) for g in counts]
-
-
 def search(
     model: ModelSpec | str,
     cluster: ClusterSpec,
@@ -579,10 +560,10 @@ def search(
 
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise InputError("top", f"must be a positive integer (got {top!r})")
-    from perfmodel.api_inputs import api_inputs
+    from perfmodel.api_inputs import api_inputs, checked_gpu_counts
 
     model, cluster, job, _, calibration = api_inputs(model, cluster, job, None, calibration)
-    gpu_counts = _checked_gpu_counts(gpu_counts)
+    gpu_counts = checked_gpu_counts(gpu_counts)
     res = run_search(model, cluster, job, calibration, gpu_counts=gpu_counts, objective=objective,
                      train_tokens=train_tokens, usd_per_gpu_hour=usd_per_gpu_hour, top=top, progress=progress,
                      zeropp=zeropp)
