@@ -114,17 +114,26 @@ def test_real_protocol_switch_on_aws_p5():
 
 
 def test_shipped_profile_is_the_fit_of_its_logs(shipped_fit):
-    """calibration/collectives_fit.yaml holds what fitting the shipped logs gives today."""
+    """calibration/collectives_fit.yaml holds what fitting the shipped logs gives today: the same keys,
+    and the same predicted time (to 0.1%) at every measured point the fit used. Values are not compared
+    one by one: the latency terms of a fabric trade against each other along a flat valley (Slingshot's
+    all_gather log2 coefficient moves 1.2% between CPUs whose LAPACK rounds differently, with its times
+    equal to 1e-6), so a value-by-value check fails on a machine, not on a stale profile."""
     doc = yaml.safe_load(fc.SHIPPED_PROFILE.read_text())
     assert doc["networks"].keys() == shipped_fit["networks"].keys()
     for net, values in shipped_fit["networks"].items():
         assert doc["networks"][net].keys() == values.keys(), net   # no stale key left behind
-        for key, value in values.items():
-            assert doc["networks"][net][key] == pytest.approx(value, rel=1e-3), (net, key)
     assert doc["constants"] == pytest.approx(shipped_fit["constants"], rel=1e-3)
     assert doc["gpus"].keys() == shipped_fit["gpus"].keys()
     for gpu, values in shipped_fit["gpus"].items():
         assert doc["gpus"][gpu] == pytest.approx(values, rel=1e-3), gpu
+    tables = fc._tables(fc.shipped_measurements(), fc.MIB)
+    base = Calibration()
+    for t in tables:
+        net = fc.network_key(t.m.network)
+        shipped = fc._predict(t, doc["networks"][net], base)
+        today = fc._predict(t, shipped_fit["networks"][net], base)
+        assert shipped == pytest.approx(today, rel=1e-3), (t.m.path, t.op, t.n)
 
 
 def test_protocol_switch_gate_and_bounds(monkeypatch):
