@@ -272,8 +272,9 @@ def build_inputs(
     hpz_partition_size: int | None = None,
 ) -> dict[str, float]:
     """STEP_INPUTS of one configuration. ``hpz_partition_size``: DeepSpeed's zero_hpz_partition_size
-    alpha in ranks (default: one node); the step input ``hpz`` then holds alpha / tp members of the
-    dp x cp group that ZeRO shards over (stride tp)."""
+    alpha in ranks (default: the ranks of one NVLink domain that divide dp x cp, as --emit deepspeed
+    writes); the step input ``hpz`` then holds alpha / tp members of the dp x cp group that ZeRO shards
+    over (stride tp)."""
     cal = calibration if calibration is not None else load_calibration(None)
     catalog_gpu = cluster.gpu
     constants, gpu, shape = cal.for_network(catalog_gpu, cluster.network)
@@ -321,7 +322,8 @@ def estimate(
     hpz_partition_size: int | None = None,
 ) -> Estimate:
     """Predict one training step. Raises InputError if the configuration breaks a rule.
-    ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: one node). A ``job`` whose
+    ``hpz_partition_size``: ZeRO++ hpZ secondary group in ranks (default: the ranks of one NVLink domain that
+    divide dp x cp, ``zeropp.default_hpz_members``). A ``job`` whose
     precision was left out trains in the GPU's default (``JobSpec.for_gpu``); a ``parallel`` that does not
     state its ZeRO stage runs the stack's default (``rules.default_zero_stage``: 3 under torchtitan's FSDP,
     else 1), as the CLI and a fixed what-if do. ``model`` may be a catalog name or a model file, as in
@@ -336,8 +338,8 @@ def estimate(
     model, cluster, job, parallel, calibration = api_inputs(model, cluster, job, parallel, calibration)
     if hpz_partition_size is not None:
         if isinstance(hpz_partition_size, bool) or not isinstance(hpz_partition_size, int) or hpz_partition_size < 1:
-            raise InputError("hpz_partition_size", f"must be a whole number of ranks >= 1 (1: one node's, DeepSpeed's "
-                             f"zero_hpz_partition_size; got {hpz_partition_size!r})")
+            raise InputError("hpz_partition_size", f"must be a whole number of ranks >= 1 (1: the default group; "
+                             f"DeepSpeed's zero_hpz_partition_size; got {hpz_partition_size!r})")
         check_hpz_partition(hpz_partition_size, cluster.n_gpus, parallel.dp * parallel.cp, parallel.tp)
     job = job.for_gpu(cluster.gpu)
     if "zero_stage" not in parallel.model_fields_set:

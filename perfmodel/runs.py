@@ -444,7 +444,8 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     n_experts = _num(df, "n_experts")
     mark(n_experts < 0, "invalid", "n_experts: must be >= 0 (blank, 0 or 1 for a dense model)")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
-    # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one node, as the tutorial recommends)
+    # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one NVLink domain, a node on DGX-style machines,
+    # as the tutorial recommends)
     zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())
                 if z not in NO_ZEROPP else frozenset() for z in _text(df, "zeropp")]
     mark(np.array([bool(z - set(ZEROPP_ORDER)) for z in zpp_sets], dtype=bool), "invalid",

@@ -29,6 +29,7 @@ from perfmodel.costs.pipeline_split import (
     balanced_split_table, busiest_of_split, fill_drain_stage_s, uneven_busiest_stage,
 )
 from perfmodel.costs.memory import (
+    fp32_grad_copy_bytes,
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -39,7 +40,14 @@ from perfmodel.costs.memory import (
     model_state_bytes,
 )
 from perfmodel.units import GIB_BYTES
-from perfmodel.zeropp import ZERO3_PARTS, hpz_secondary_bytes, layer_weight_numels, zero3_microbatch
+from perfmodel.zeropp import (
+    ZERO3_PARTS,
+    default_hpz_members,
+    dp_ranks_per_domain,
+    hpz_secondary_bytes,
+    layer_weight_numels,
+    zero3_microbatch,
+)
 
 #: inputs of ``step_costs``; all numeric arrays (booleans as 0/1)
 STEP_INPUTS = (
@@ -473,12 +481,13 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # ZeRO-3 (ZeRO Sec. 7: fwd all-gather, bwd all-gather, grad reduce-scatter = 3 Psi) and ZeRO++
     # (Wang et al. 2023, arXiv 2306.10209; DeepSpeed partition_parameters.py, coalesced_collectives.py):
     # one collective per weight matrix, every micro-batch, in perfmodel.zeropp.zero3_microbatch.
-    # hpZ: alpha = zero_hpz_partition_size ranks of the dp x cp group (input hpz > 1), or one node's (hpz = 1);
-    # its secondary shard serves every gather until the optimizer step, so only the first
-    # micro-batch's forward gather leaves the node.
+    # hpZ: alpha = zero_hpz_partition_size ranks of the dp x cp group (input hpz > 1), or one NVLink
+    # domain's that divide the group (hpz = 1: default_hpz_members, what --emit deepspeed writes); its
+    # secondary shard serves every gather until the optimizer step, so only the first micro-batch's
+    # forward gather leaves the domain.
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
-    dp_per_node = np.clip(np.floor(np.minimum(f64["nvlink_domain_gpus"], dpc * dp_stride) / dp_stride), 1.0, dpc)
-    hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), dp_per_node)
+    dp_per_node = dp_ranks_per_domain(f64["nvlink_domain_gpus"], dpc, dp_stride)
+    hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), default_hpz_members(f64["nvlink_domain_gpus"], dpc, dp_stride))
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
     z3_rows = _Subset((zero >= 3) & (dpc > 1), batch, tp, L)
@@ -559,6 +568,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     last_offloaded = f64["offload_fraction"] * np.maximum(last_layers - last_resident, 0.0)
     last_stage = act_layer * (last_layers - last_offloaded) + act_working + logits_bytes
     activations = np.where(pp > 1, np.maximum(first_stage, last_stage), first_stage + logits_bytes)
+    # the optimizer step's fp32 copy of 16-bit gradients lives after the backward has freed the
+    # activations: the peak holds the larger of the two, the excess counted with the optimizer
+    step_copy = fp32_grad_copy_bytes(params_gpu, dpc, zero, grad_bytes)
+    optim = optim + np.maximum(step_copy - activations, 0.0)
     memory = {
         "weights_gib": weights / GIB_BYTES,
         "gradients_gib": grads / GIB_BYTES,

@@ -149,6 +149,24 @@ def cross_node_volume_bytes(params, qwz=False, hpz=False, qgz=False, multi_node=
     return {"fwd_all_gather": fwd, "bwd_all_gather": bwd, "grad_reduce": grad, "total": fwd + bwd + grad}
 
 
+def dp_ranks_per_domain(nvlink_domain_gpus, dp_cp, dp_stride):
+    """Members of the dp x cp group inside one NVLink domain (ranks ``dp_stride`` apart), 1..dp_cp."""
+    dpc = np.asarray(dp_cp, dtype=float)
+    stride = np.asarray(dp_stride, dtype=float)
+    return np.clip(np.floor(np.minimum(np.asarray(nvlink_domain_gpus, dtype=float), dpc * stride) / stride), 1.0, dpc)
+
+
+def default_hpz_members(nvlink_domain_gpus, dp_cp, dp_stride):
+    """hpZ's secondary group without a zero_hpz_partition_size: the members of one NVLink domain, cut to
+    the largest count that divides the dp x cp group too (their gcd). DeepSpeed asserts that the group
+    divides the world and builds it from consecutive ranks ([DS] utils/groups.py
+    _create_zero_param_parallel_group), so a group dividing both never straddles two domains: one node on
+    DGX-style machines, 72 GPUs of an NVL72 rack at dp 144, 24 of them at dp 96."""
+    dpc = np.asarray(dp_cp, dtype=float)
+    per = dp_ranks_per_domain(nvlink_domain_gpus, dpc, dp_stride)
+    return np.gcd(per.astype(np.int64), np.maximum(dpc, 1.0).astype(np.int64)).astype(float)
+
+
 def hpz_secondary_bytes(params, alpha, bytes_per_param=FP16_BYTES):
     """hpZ secondary partition per GPU: 2 Psi / alpha bytes in fp16/bf16 ([ZPP] Sec. hpZ; [DS]
     ``_partition_param_sec``: ``aligned_numel // num_ranks_in_param_group`` in the param dtype)."""

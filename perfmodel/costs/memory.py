@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: bytes of an fp32 value (master weights, fp32 gradients)
+FP32_BYTES = 4.0
+
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_BALANCED = 0, 1, 2, 3
 
 
@@ -171,6 +174,20 @@ def model_state_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param, weig
     grads = grad_bytes_per_param * params_per_gpu / np.where(zero_stage >= 2, dp, 1.0)
     optim = optimizer_bytes_per_param * params_per_gpu / np.where(zero_stage >= 1, dp, 1.0)
     return weights, grads, optim
+
+
+def fp32_grad_copy_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param):
+    """The optimizer step's fp32 copy of its 16-bit gradients, per GPU: 4 bytes a parameter of the
+    optimizer's shard (all of the GPU's parameters below ZeRO-1) where gradients are kept in 16 bits,
+    none where they are fp32 already. Megatron-LM's mixed-precision optimizers upcast the fp16 main
+    grads into the fp32 main params' .grad before the update and free them at the next zero_grad
+    (Megatron Core "Distributed Optimizer": fp16 param / fp16 grads 20 bytes a parameter, 4 + 16/d
+    distributed, against 18 and 6 + 12/d with fp32 grads); DeepSpeed's ZeRO optimizers do the same for
+    their partition (single_partition_of_fp32_groups[i].grad, set to None after the step). It lives
+    while the step runs, after the backward pass has freed the activations: the peak holds the larger of
+    the two (``step.py``)."""
+    shard = np.asarray(params_per_gpu, dtype=float) / np.where(np.asarray(zero_stage) >= 1, np.asarray(dp, dtype=float), 1.0)
+    return np.where(np.asarray(grad_bytes_per_param) < FP32_BYTES, FP32_BYTES * shard, 0.0)
 
 
 def offloaded_layers(n_layers, pp, vpp, n_micro, offload_fraction):

@@ -119,6 +119,7 @@ def recommend(
     best = res.candidates.iloc[0]
     # Blackwell or later: the GPU profile states peaks for its microscaling formats (mxfp8)
     best_row = {**best.to_dict(), "gpus_per_node": cluster.gpus_per_node,
+                "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
                 "blackwell_or_later": "mxfp8" in cluster.gpu.peak_dense_tflop_per_s}
     emitted = emit_text(emit, spec, job, best_row) if emit else None
     notes = emit_notes(emit, spec, job, best_row) if emit else []

@@ -42,6 +42,7 @@ from typing import Mapping
 from perfmodel.frameworks import PROFILES, framework_profile
 from perfmodel.rules import AUTOTP, ZEROPP_STACKS, torchtitan_layers_per_stage, torchtitan_split_ok
 from perfmodel.specs import JobSpec, ModelSpec
+from perfmodel.zeropp import default_hpz_members
 
 EMIT_TARGETS = ("megatron", "deepspeed", "torchtitan")
 #: the torchtitan whose TOML keys are emitted (the first line of the emitted text says it)
@@ -257,6 +258,13 @@ def autotp(job: JobSpec, c: Mapping) -> bool:
     return deepspeed_alone(job) and c["tp"] > 1
 
 
+def hpz_partition_ranks(row: Mapping, c: dict) -> int:
+    """zero_hpz_partition_size of the costed default group (``perfmodel.zeropp.default_hpz_members``):
+    the row's NVLink domain (``nvlink_domain_gpus``; else its node, ``gpus_per_node``; else 8 GPUs)."""
+    domain = row.get("nvlink_domain_gpus", row.get("gpus_per_node", 8))
+    return int(c["tp"] * default_hpz_members(domain, c["dp"] * c["cp"], c["tp"]))
+
+
 def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
     """A DeepSpeed JSON config (dict) for ``row``. PP/CP (and TP under Megatron-DeepSpeed) are not
     DeepSpeed config keys: the launcher takes them as flags, see ``megatron_flags``; under DeepSpeed
@@ -280,9 +288,10 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         "contiguous_gradients": True,
         "reduce_scatter": True,
         # ZeRO++ (Wang et al. 2023, arXiv 2306.10209): quantized weights (qwZ), hierarchical
-        # partitioning (hpZ, secondary group = one node), quantized gradients (qgZ); ZeRO-3 only
+        # partitioning (hpZ: the secondary group the search costed, one NVLink domain's ranks that divide
+        # the data-parallel group), quantized gradients (qgZ); ZeRO-3 only
         "zero_quantized_weights": "qwz" in c["zeropp"],
-        "zero_hpz_partition_size": int(row.get("gpus_per_node", 8)) if "hpz" in c["zeropp"] else 1,
+        "zero_hpz_partition_size": hpz_partition_ranks(row, c) if "hpz" in c["zeropp"] else 1,
         "zero_quantized_gradients": "qgz" in c["zeropp"],
     }
     cfg["zero_optimization"] = zero

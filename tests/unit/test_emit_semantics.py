@@ -73,3 +73,45 @@ def test_autotp_note_states_the_batch_it_was_costed_with():
     row = dict(ROW, tp=4, dp=16, sp=False, zero_stage=1, micro_batch=2)
     note = next(n for n in emit_notes("deepspeed", model, job, row) if "train_batch_size is left out" in n)
     assert "512 sequences = micro-batch 2 x 16 accumulation steps x dp=16" in note
+
+
+def test_default_hpz_group_is_one_nvlink_domain_that_divides_the_data_parallel_group():
+    """DeepSpeed asserts the hpZ group divides the world and builds it from consecutive ranks: the default
+    is the NVLink domain's ranks cut to their gcd with dp x cp, so no group straddles two domains."""
+    from perfmodel.zeropp import default_hpz_members
+
+    for domain, dpc, expected in ((8, 64, 8), (16, 384, 16), (72, 144, 72), (72, 96, 24), (72, 64, 64), (8, 4, 4)):
+        assert default_hpz_members(domain, dpc, 1) == expected, (domain, dpc)
+
+
+def test_emitted_hpz_group_is_the_costed_one(monkeypatch, capsys, tmp_path):
+    """An audit: on GB200 (4 GPUs a tray, 72 an NVLink domain) the search costed hpZ over 72 ranks
+    (98.7 GiB, fits) but --emit deepspeed wrote zero_hpz_partition_size 4, which re-imported costs 277 GiB
+    and does not fit; on H100s with 16 GPUs a node (two 8-GPU boards) it wrote 16 for a group costed at 8
+    (30% slower re-imported). The emitted JSON now reads back to the search's time and memory."""
+    import json
+
+    from cli_helpers import run_cli
+
+    for job, recompute, group in (
+        (["--model", "llama3.1-405b", "--gpu", "gb200", "--gpus", "144", "--scale-out-gbit-per-s", "100",
+          "--seq-len", "4096", "--global-batch", "288", "--framework", "deepspeed", "--flash-attention"], "full", 72),
+        (["--model", "llama2-7b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--gpus-per-node", "16",
+          "--scale-out-gbit-per-s", "100", "--seq-len", "2048", "--global-batch", "512", "--framework", "deepspeed"],
+         "selective", 8),
+    ):
+        code, out, err = run_cli(monkeypatch, capsys, "recommend", *job, "--top", "1", "--emit", "deepspeed", "--json")
+        assert code == 0, err
+        res = json.loads(out)
+        best = res["top"][0]
+        cfg = json.loads(res["emit"]["text"])
+        assert "hpz" in best["zeropp"].split(",")
+        assert cfg["zero_optimization"]["zero_hpz_partition_size"] == group
+        path = tmp_path / "ds.json"
+        path.write_text(res["emit"]["text"])
+        code, out, err = run_cli(monkeypatch, capsys, "estimate", *job, "--deepspeed-config", str(path),
+                                 "--recompute", recompute, "--json")
+        assert code == 0, err
+        est = json.loads(out)
+        assert est["iteration_time_s"] == best["iteration_time_s"]
+        assert est["memory_gib"] == best["memory_gib"] and est["fits"]

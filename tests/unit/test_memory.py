@@ -10,6 +10,7 @@ from perfmodel.costs.memory import (
     RECOMPUTE_NONE,
     RECOMPUTE_SELECTIVE,
     activation_bytes_per_layer,
+    fp32_grad_copy_bytes,
     in_flight_layers,
     model_state_bytes,
 )
@@ -148,6 +149,48 @@ def test_fp32_main_grads_are_18_bytes_per_param():
     """Megatron keeps fp32 main gradients: 2 + 4 + 12 = 18 bytes per parameter."""
     w, g, o = model_state_bytes(1.0, 1, 0, grad_bytes_per_param=4.0)
     assert float(w + g + o) == pytest.approx(18.0)
+
+
+@pytest.mark.parametrize("d", [1, 2, 8, 64])
+def test_megatron_distributed_optimizer_table(d):
+    """Megatron Core "Distributed Optimizer" bytes per parameter at the optimizer step: fp16 param /
+    fp16 grads 20 (4 + 16/d distributed: the step's fp32 copy of the main grads), fp16 param / fp32 grads
+    18 (6 + 12/d): the grads are fp32 already and no copy is made."""
+    for grad_bytes, plain, dist in ((2.0, 20.0, 4.0 + 16.0 / d), (4.0, 18.0, 6.0 + 12.0 / d)):
+        for stage, expected in ((0, plain), (1, dist)):
+            w, g, o = model_state_bytes(1.0, d, stage, grad_bytes)
+            assert float(w + g + o + fp32_grad_copy_bytes(1.0, d, stage, grad_bytes)) == pytest.approx(expected)
+
+
+def test_the_step_peak_holds_the_larger_of_activations_and_the_fp32_grad_copy():
+    """The fp32 copy lives during the optimizer step, after the activations are freed: GPT-3 13B, fp16,
+    Megatron-LM, TP 8 x DP 8 without the distributed optimizer (1.6e9 parameters a GPU). With full
+    recompute and one sequence the activations (1.1 GiB) are a fraction of the copy (6 GiB): the peak
+    holds the copy instead, and the 32 GB V100 no longer holds the job (the Megatron docs' 20 bytes a
+    parameter: 30 GiB of model states); without recompute at micro-batch 4 the activations exceed the copy
+    and the peak keeps them. bf16 keeps fp32 main grads: no copy (18 bytes)."""
+    import perfmodel as pm
+
+    m = pm.load_model("gpt3-13b")
+
+    def mem(gpu, recompute, mb, precision="fp16"):
+        job = pm.JobSpec(global_batch=64 * mb, seq_len=2048, precision=precision, framework="megatron-lm")
+        par = pm.ParallelSpec(tp=8, dp=8, micro_batch=mb, sp=False, recompute=recompute, zero_stage=0)
+        return pm.estimate(m, pm.ClusterSpec.build(pm.load_gpu(gpu), 64, 8), par, job)
+
+    full = mem("v100-sxm3-32gb", "full", 1)
+    b = full.memory_breakdown_gib
+    copy = 2.0 * b["weights_gib"]                 # 4 bytes a parameter against the weights' 2
+    assert b["activations_gib"] < copy
+    assert b["optimizer_gib"] + b["activations_gib"] == pytest.approx(6.0 * b["weights_gib"] + copy, rel=1e-9)
+    assert b["weights_gib"] + b["gradients_gib"] + b["optimizer_gib"] + b["activations_gib"] == pytest.approx(
+        10.0 * b["weights_gib"], rel=1e-9)      # 20 bytes a parameter at the step
+    assert not full.fits and full.memory_gib - (copy - b["activations_gib"]) < full.hbm_capacity_gib
+    none = mem("v100-sxm3-32gb", "none", 4).memory_breakdown_gib
+    assert none["activations_gib"] > copy and none["optimizer_gib"] == pytest.approx(6.0 * none["weights_gib"], rel=1e-12)
+    bf16 = mem("a100-sxm4-40gb", "full", 1, "bf16").memory_breakdown_gib
+    assert bf16["optimizer_gib"] == pytest.approx(6.0 * bf16["weights_gib"], rel=1e-12)
+    assert bf16["gradients_gib"] == pytest.approx(2.0 * bf16["weights_gib"], rel=1e-12)
 
 
 @pytest.mark.parametrize(
