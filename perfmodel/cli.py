@@ -27,7 +27,7 @@ app = typer.Typer(
 
 from perfmodel.cli_options import (  # noqa: E402  (shared with perfmodel.search.cli)
     BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
-    PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
+    PrecisionOpt, ScaleOutOpt, SeqOpt, check_zeropp_option, given_on_command_line,
 )
 
 
@@ -150,6 +150,7 @@ def estimate(
         for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
             if value is not None and value <= 0:
                 raise InputError(name, f"must be a positive integer (got {value})")
+        check_zeropp_option(zeropp)
         if deepspeed_config is not None:
             from perfmodel.deepspeed_config import (
                 RECOMPUTE_NOTE, check_hpz_partition, check_options_agree, load_deepspeed_config, precision_notes,

@@ -28,6 +28,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 OptionalGpusOpt = Annotated[Optional[int], typer.Option("--gpus", help="GPUs in the job (or give --gpus-range).")]
 
 
+def check_zeropp_option(zeropp: str | None) -> None:
+    """``--zeropp ''`` is refused like any other empty option value: leaving the option out means no ZeRO++."""
+    if zeropp is not None and not zeropp.strip():
+        from perfmodel.errors import InputError
+
+        raise InputError("zeropp", "is empty: give a comma list of qwz, hpz, qgz, or leave --zeropp out for none")
+
+
 def given_on_command_line(ctx: typer.Context, option: str) -> bool:
     """Whether the user typed ``option`` (a parameter name), not left it at its default. Compared by name:
     typer may bring its own copy of click, and with it its own ParameterSource enum."""

@@ -6,6 +6,7 @@ and exits with code 2.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ class InputError(ValueError):
 
     def __init__(self, field: str, rule: str, where: str | None = None):
         field, rule, where = (one_line(x) if x is not None else None for x in (field, rule, where))
+        rule = _LONG_TOKEN.sub(_shorten, rule)
         self.field = field
         self.rule = rule
         self.where = where
@@ -26,6 +28,24 @@ def one_line(text) -> str:
     """``text`` with its line breaks written as escapes: a name or path the user typed with a newline in
     it must not split an error or note line."""
     return str(text).translate(_LINE_BREAK_ESCAPES)
+
+
+#: a run of text too long to quote whole in a one-line error (a 5,000-digit number in a cell)
+_LONG_TOKEN = re.compile(r"\S{121,}")
+
+
+def _shorten(match: "re.Match[str]") -> str:
+    text = match.group(0)
+    return f"{text[:40]}...({len(text):,} characters)"
+
+
+#: digits past which Python refuses to read a whole number (sys.get_int_max_str_digits, 4,300 by default)
+def too_many_digits(exc: BaseException) -> bool:
+    """Whether ``exc`` is Python's refusal to read a whole number with more digits than its limit."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+
+
+TOO_MANY_DIGITS = "holds a whole number with more digits than Python reads (4,300); no input value is that long"
 
 
 #: every character ``str.splitlines`` breaks a line at, written as its escape
@@ -145,6 +165,8 @@ def file_path_option(raw: str, kind: str, field: str = "out") -> Path:
     import os
     from pathlib import Path
 
+    if not raw.strip():
+        raise InputError(field, f"must name a {kind} file (got an empty value)")
     if raw.endswith(tuple(sep for sep in (os.sep, os.altsep, "/") if sep)):
         raise InputError(field, f"ends with a path separator: that names a folder; give a {kind} file path",
                          where=raw)

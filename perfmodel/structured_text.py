@@ -16,7 +16,7 @@ import re
 
 import yaml
 
-from perfmodel.errors import InputError
+from perfmodel.errors import TOO_MANY_DIGITS, InputError, too_many_digits
 
 TOO_DEEP = "nested too deeply to be a configuration document"
 
@@ -63,8 +63,40 @@ def dump_yaml(doc, **kwargs) -> str:
     return yaml.dump(doc, Dumper=_NoAliasDumper, **kwargs)
 
 
+#: flow collections ([...] / {...}) nested deeper than this are refused before parsing: PyYAML's scanner
+#: takes time that grows faster than the depth (10,000 levels: 10 s), and no document here nests past 10
+MAX_FLOW_DEPTH = 100
+
+
+def _flow_too_deep(text: str) -> bool:
+    """Whether ``text`` opens more than ``MAX_FLOW_DEPTH`` flow collections inside one another (brackets in
+    quoted text and comments are not counted)."""
+    if text.count("[") + text.count("{") <= MAX_FLOW_DEPTH:
+        return False
+    depth, quote, comment, prev = 0, "", False, "\n"
+    for c in text:
+        if comment:
+            comment = c != "\n"
+        elif quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and prev in " \t\n":
+            comment = True
+        elif c in "[{":
+            depth += 1
+            if depth > MAX_FLOW_DEPTH:
+                return True
+        elif c in "]}":
+            depth = max(depth - 1, 0)
+        prev = c
+    return False
+
+
 def load_yaml(text: str, field: str, where: str):
     """The YAML document in ``text`` (from file ``where``)."""
+    if _flow_too_deep(text):
+        raise InputError(field, TOO_DEEP, where)
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
@@ -77,6 +109,10 @@ def load_yaml(text: str, field: str, where: str):
         raise InputError(field, "not valid YAML", where=f"{where}:{mark.line + 1}" if mark else where) from None
     except RecursionError:
         raise InputError(field, TOO_DEEP, where) from None
+    except ValueError as exc:
+        if too_many_digits(exc) and not isinstance(exc, InputError):
+            raise InputError(field, TOO_MANY_DIGITS, where) from None
+        raise
 
 
 def _no_duplicate_keys(field: str, where: str):
@@ -99,3 +135,7 @@ def load_json(text: str, field: str, where: str):
         raise InputError(field, f"not valid JSON ({exc.msg})", where=f"{where}:{exc.lineno}") from None
     except RecursionError:
         raise InputError(field, TOO_DEEP, where) from None
+    except ValueError as exc:
+        if too_many_digits(exc) and not isinstance(exc, InputError):
+            raise InputError(field, TOO_MANY_DIGITS, where) from None
+        raise

@@ -9,7 +9,7 @@ import typer
 
 from perfmodel.cli_options import (
     BatchOpt, CalibrationOpt, FlashOpt, FrameworkOpt, GpnOpt, GpuOpt, GpusOpt, JsonOpt, ModelOpt, NetworkOpt,
-    PrecisionOpt, ScaleOutOpt, SeqOpt, given_on_command_line,
+    PrecisionOpt, ScaleOutOpt, SeqOpt, check_zeropp_option, given_on_command_line,
 )
 
 CASTS = {"gpus": int, "seq_len": int, "global_batch": int, "scale_out_gbit_per_s": float,
@@ -104,6 +104,7 @@ def whatif_command(
             check_precision(cluster.gpu, job.precision)
         par = None
         check_mode(mode)
+        check_zeropp_option(zeropp)
         if mode != "fixed":  # the search picks the configuration at each point: a given one would be ignored
             given = [n for n in FIXED_ONLY if given_on_command_line(ctx, n)]
             if given:

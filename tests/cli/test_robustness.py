@@ -379,3 +379,119 @@ def test_a_sequence_longer_than_a_learned_position_table_is_said(model, seq_len,
     assert bool(notes) is noted
     if noted:
         assert f"--max-position-embeddings {seq_len}" in notes[0] and "2,048" in notes[0]
+
+
+NCCL_LOG = ROOT / "calibration" / "data" / "collectives" / "traces" / "nccl" / "aws_p5_1node_h100_allreduce.txt"
+TRACE = ROOT / "calibration" / "data" / "kernels_h200" / "layer_llama3-8b_s8192.json"
+HUGE = "9" * 5000  # past Python's 4,300-digit limit on reading a whole number, which raised a traceback
+
+
+def _first_data_row(lines):
+    """The first table row (after the launcher's '[1,0]<stdout>:' prefix): its index and its cells."""
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("[") and " sum " in ln)
+    return i, lines[i].split(":", 1)[-1].split()
+
+
+def _with_cells(line, cells):
+    return line.split(":", 1)[0] + ":  " + "  ".join(cells)
+
+
+def test_a_whole_number_too_long_to_read_is_one_line_in_every_loader(tmp_path):
+    """An audit: a 5,000-digit number in a model YAML, HF config.json, DeepSpeed JSON, calibration YAML,
+    nccl-tests log or profiler trace ended in a ValueError traceback (exit 1)."""
+    (tmp_path / "m.yaml").write_text(f"name: m\nn_layers: {HUGE}\nhidden_size: 4096\nn_heads: 32\n")
+    (tmp_path / "hf.json").write_text(f'{{"model_type": "llama", "num_hidden_layers": {HUGE}}}')
+    (tmp_path / "ds.json").write_text(f'{{"train_micro_batch_size_per_gpu": {HUGE}}}')
+    (tmp_path / "cal.yaml").write_text(f"constants:\n  nic_efficiency: {HUGE}\n")
+    lines = NCCL_LOG.read_text().splitlines()
+    i, cells = _first_data_row(lines)
+    lines[i] = _with_cells(lines[i], [HUGE, *cells[1:]])
+    (tmp_path / "nccl.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "trace.json").write_text(f'{{"traceEvents": [{{"ph": "X", "name": "k", "ts": {HUGE}, "dur": 1}}]}}')
+    cases = [
+        (["estimate", "--model", str(tmp_path / "m.yaml"), *BASE[2:]], "model"),
+        (["estimate", "--model", str(tmp_path / "hf.json"), *BASE[2:]], "model"),
+        (["estimate", *BASE, "--deepspeed-config", str(tmp_path / "ds.json")], "deepspeed_config"),
+        (["estimate", *BASE, "--calibration", str(tmp_path / "cal.yaml")], "calibration"),
+        (["calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(tmp_path / "nccl.txt"), "--out",
+          str(tmp_path / "o.yaml")], "size_bytes"),
+        (["calibrate", "--gpu", "h100-sxm5-80gb", "--trace", str(tmp_path / "trace.json"), "--out",
+          str(tmp_path / "o.yaml")], "trace"),
+    ]
+    for args, field in cases:
+        res = run(*args)
+        assert_one_error(res, field)
+        assert len(res.stderr) < 400, res.stderr  # the number is not quoted whole
+
+
+def test_deeply_nested_flow_yaml_is_refused_at_once(tmp_path):
+    """An audit: 50,000 nested '[' in a model or calibration YAML ran for over a minute (PyYAML's scanner
+    slows faster than the depth grows); anything past 100 flow levels is refused before parsing."""
+    import time
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    t0 = time.perf_counter()
+    for args, field in ((["estimate", "--model", str(deep), *BASE[2:]], "model"),
+                        (["estimate", *BASE, "--calibration", str(deep)], "calibration")):
+        res = run(*args)
+        assert_one_error(res, field)
+        assert "nested too deeply" in res.stderr
+    assert time.perf_counter() - t0 < 30.0
+    from perfmodel.structured_text import load_yaml
+
+    assert load_yaml("a: '" + "[" * 500 + "'\n# " + "{" * 500 + "\nb: [[1]]\n", "f", "w") == {
+        "a": "[" * 500, "b": [[1]]}  # brackets in quotes and comments are not nesting
+
+
+def test_a_csv_cut_inside_a_quoted_cell_is_refused(tmp_path):
+    """An audit: a runs CSV that ends inside a quoted cell was read with the rest of the file in that cell."""
+    text = RUNS.read_text().splitlines()
+    cut = "\n".join(text[:4]) + "\n" + text[4][: text[4].rfind('"')]  # the last row's quoted notes left open
+    assert cut.count('"') % 2 == 1
+    (tmp_path / "cut.csv").write_text(cut)
+    res = run("validate", str(tmp_path / "cut.csv"), "--out", str(tmp_path / "p.csv"))
+    assert_one_error(res, "csv")
+    assert "not closed before the end of the file" in res.stderr
+
+
+def test_nccl_tables_with_impossible_redop_or_root_are_refused(tmp_path):
+    """An audit: redop 'xor' (nccl-tests prints sum, prod, max, min, avg, mulsum or none) and root 5 in an
+    all_reduce table (nccl-tests prints -1 for a rootless collective) were fitted."""
+    lines = NCCL_LOG.read_text().splitlines()
+    i, cells = _first_data_row(lines)
+    assert cells[3:5] == ["sum", "-1"]
+    for k, value, field in ((3, "xor", "redop"), (4, "5", "root")):
+        row = list(cells)
+        row[k] = value
+        edited = list(lines)
+        edited[i] = _with_cells(lines[i], row)
+        (tmp_path / "t.txt").write_text("\n".join(edited) + "\n")
+        res = run("calibrate", "--gpu", "h100-sxm5-80gb", "--nccl-tests", str(tmp_path / "t.txt"),
+                  "--out", str(tmp_path / "o.yaml"))
+        assert_one_error(res, field)
+        assert f":{i + 1}:" in res.stderr  # the row's own line
+
+
+def test_trace_event_start_must_be_a_number(tmp_path):
+    """An audit: a kernel event whose 'ts' was a string was accepted (a string 'dur' was refused)."""
+    doc = json.loads(TRACE.read_text())
+    k = next(j for j, ev in enumerate(doc["traceEvents"]) if ev.get("ph") == "X" and ev.get("cat") == "kernel")
+    doc["traceEvents"][k]["ts"] = "abc"
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    res = run("calibrate", "--gpu", "h200-sxm-141gb", "--trace", str(tmp_path / "t.json"), "--out",
+              str(tmp_path / "o.yaml"))
+    assert_one_error(res, f"traceEvents[{k}].ts")
+
+
+@pytest.mark.parametrize("args,field,rule", [
+    (["estimate", *BASE, "--zero-stage", "3", "--zeropp", ""], "zeropp", "is empty"),
+    (["validate", str(RUNS), "--out", ""], "out", "empty value"),
+    (["calibrate", "--gpu", "h100-sxm5-80gb", "--runs", str(RUNS), "--out", ""], "out", "empty value"),
+])
+def test_empty_option_values_are_refused(args, field, rule):
+    """An audit: --zeropp '' ran as no ZeRO++ (an empty --network, --precision or --recompute is refused),
+    and --out '' was called a folder ('.')."""
+    res = run(*args)
+    assert_one_error(res, field)
+    assert rule in res.stderr

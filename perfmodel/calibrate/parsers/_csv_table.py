@@ -22,12 +22,14 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
     if head in ("{", "["):  # a JSON document (a profiler trace, a config) given where a CSV belongs
         raise InputError("csv", "the file is JSON, not a comma-separated table (a trace goes to --trace)", f"{path}:1")
     with io.StringIO(text, newline="") as fh:
-        reader = csv.reader(fh)
+        # strict: a file cut inside a quoted cell, or text after a closing quote, is an error, not a cell
+        # that swallows the rest of the file
+        reader = csv.reader(fh, strict=True)
         header: list[str] | None = None
         header_line = 0
         rows: list[list[str]] = []
         lines: list[int] = []
-        for record in reader:
+        for record in _records(reader, path):
             if header is None:
                 if not record or record[0].lstrip().startswith("#"):
                     continue
@@ -49,6 +51,20 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
                                  "perfmodel reads comma-separated CSV", f"{path}:{header_line}")
     require_unique_columns(header, path, header_line)
     return pd.DataFrame(rows, columns=header, dtype=object), lines, header_line
+
+
+def _records(reader, path: Path):
+    """The reader's records; its csv.Error as an InputError at the line it stopped on."""
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            rule = ("a quoted cell is not closed before the end of the file (is the file cut short?)"
+                    if "end of data" in str(exc) else f"not valid CSV ({exc})")
+            raise InputError("csv", rule, f"{path}:{reader.line_num}") from None
+        yield record
 
 
 def require_unique_columns(columns, path: str | Path, header_line: int) -> None:

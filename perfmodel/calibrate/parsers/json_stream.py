@@ -117,6 +117,8 @@ class ObjectStream:
                     grow *= 2
                     continue
                 raise self._error(e.msg, self._pos + past_start) from None
+            except ValueError as e:  # a whole number past Python's 4,300 digits (sys.get_int_max_str_digits)
+                raise self._error("a whole number with more than 4,300 digits, too long to read", self._pos) from None
             # a number is whole once a character that cannot go on a number follows it in the window
             # (text read later could make "0" into "0.5"); other values end with their own delimiter
             number = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -159,6 +159,7 @@ def _duration_s(ev: dict, i: int) -> float:
         raise InputError(f"traceEvents[{i}].dur", "missing: a complete ('ph': 'X') event needs a "
                          "duration in us")
     dur = _field(ev, "dur", (int, float), "a number of us", i)
+    _field(ev, "ts", (int, float), "a number of us (the event's start)", i)  # unused, but every Chrome-trace event starts at one
     if not 0.0 <= dur <= MAX_EVENT_US:
         raise InputError(f"traceEvents[{i}].dur", f"must be a duration from 0 to {MAX_EVENT_US:g} us (a day; "
                          f"got {dur!r})")

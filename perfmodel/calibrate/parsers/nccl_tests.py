@@ -188,6 +188,9 @@ def _cell(token: str, column: str, where: str) -> float | int | str:
         lo, hi = _INT_RANGE[column]
         if re.fullmatch(r"-?\d+", token) is None:
             raise InputError(column, f"must be a whole number (got {token!r})", where)
+        if len(token.lstrip("-")) > 19:  # past any 64-bit count; int() refuses 4,300+ digits with a traceback
+            raise InputError(column, f"must be between {lo} and {hi:,} (got a {len(token.lstrip('-')):,}-digit number)",
+                             where)
         value = int(token)
         if not lo <= value <= hi:
             raise InputError(column, f"must be between {lo} and {hi:,} (got {token})", where)
@@ -346,6 +349,10 @@ def _one_type(rows: pd.DataFrame, lines: np.ndarray, where: str) -> tuple[pd.Dat
 _WHOLE_BUFFER_OPS = {"all_reduce", "reduce", "broadcast", "send_recv"}
 _PER_RANK_OPS = {"all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"}
 _REDUCING_OPS = {"all_reduce", "reduce", "reduce_scatter"}
+#: the redops nccl-tests prints (common.cu test_opNames; premulsum as 'mulsum') and 'none'
+_REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "none")
+#: collectives without a root: nccl-tests prints -1 in their root column
+_ROOTLESS_OPS = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
 #: those whose tables print the redop 'none' (sendrecv_perf prints its unused 'sum')
 _NO_REDOP_OPS = {"all_gather", "all_to_all"}
 #: printed bandwidths have two decimals and times three or more significant digits, except from 1e6 us
@@ -371,6 +378,15 @@ def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, ti
 
     redop = rows["redop"].astype(str).str.lower().to_numpy()
     known = ~np.isin(redop, ("nan", "", "n/a"))
+    if (known & ~np.isin(redop, _REDOPS)).any():
+        i = int(np.flatnonzero(known & ~np.isin(redop, _REDOPS))[0])
+        raise InputError("redop", f"{redop[i]!r} is not a reduction nccl-tests prints (one of {', '.join(_REDOPS)})",
+                         at(i))
+    roots = rows["root"].to_numpy()
+    if op in _ROOTLESS_OPS and (roots != -1).any():
+        i = int(np.flatnonzero(roots != -1)[0])
+        raise InputError("root", f"must be -1 in a table read as {op}, which has no root (got {int(roots[i])}); is "
+                         "it the output of another collective?", at(i))
     if op in _REDUCING_OPS and (known & (redop == "none")).any():
         i = int(np.flatnonzero(known & (redop == "none"))[0])
         raise InputError("redop", f"'none' in a table read as {op}, which reduces (sum, max, ...); is it the "
