@@ -30,13 +30,14 @@ def one_line(text) -> str:
     return str(text).translate(_LINE_BREAK_ESCAPES)
 
 
-#: a run of text too long to quote whole in a one-line error (a 5,000-digit number in a cell)
-_LONG_TOKEN = re.compile(r"\S{121,}")
+#: a run of text too long to quote whole in a one-line error (a 5,000-digit number in a cell); a path
+#: of up to 400 characters stays whole
+_LONG_TOKEN = re.compile(r"\S{401,}")
 
 
 def _shorten(match: "re.Match[str]") -> str:
-    text = match.group(0)
-    return f"{text[:40]}...({len(text):,} characters)"
+    text = match.group(0)  # its start and end stay (a long path's file name, a quote's closing mark)
+    return f"{text[:40]}...{text[-40:]} ({len(text):,} characters)"
 
 
 #: digits past which Python refuses to read a whole number (sys.get_int_max_str_digits, 4,300 by default)

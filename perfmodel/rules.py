@@ -397,9 +397,14 @@ ULYSSES_PP = Rule(35, "cp", "with cp_kind ulysses needs pp = 1 in this framework
                   "sequence-parallel axis)",
                   lambda x: (x["cp"] > 1) & (x["cp_ulysses"] == 1) & (x["pp"] > 1) & _framework_in(x, ULYSSES_NO_PP),
                   ("cp", "pp", "framework"))
+#: hpZ's secondary group is a node's ranks (at most its NVLink domain's, dividing the data-parallel group:
+#: perfmodel.zeropp.default_hpz_members): a node of one GPU leaves a group of one, which DeepSpeed reads as
+#: hpZ off (zero_hpz_partition_size 1)
 HPZ_NODES = Rule(
-    40, "zeropp", "hpz needs gpus_per_node to divide the GPU count (DeepSpeed _ensure_divisibility)",
-    lambda x: (x["hpz"] > 0) & (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0),
+    40, "zeropp", "hpz needs nodes of 2 or more GPUs whose count divides the GPU count (a secondary group of one "
+    "rank is hpZ off; DeepSpeed _ensure_divisibility)",
+    lambda x: (x["hpz"] > 0) & ((np.minimum(x["gpus_per_node"], x["n_gpus"]) < 2)
+                                | (x["n_gpus"] % np.minimum(x["gpus_per_node"], x["n_gpus"]) != 0)),
     ("gpus_per_node", "gpus"))
 #: DeepSpeed groups the hpZ secondary partition by consecutive global ranks, whatever the model-parallel
 #: layout (deepspeed/utils/groups.py _create_zero_param_parallel_group: range(i * size, (i + 1) * size),

@@ -5,7 +5,8 @@ config.json, DeepSpeed configs, hardware and calibration profiles), strictly:
   silently keep the last one);
 * YAML anchors and aliases (``&name`` / ``*name``) are refused: none of these documents needs them,
   and a few nested aliases expand exponentially ("billion laughs");
-* nesting deeper than the parser's recursion limit is an error, not a RecursionError traceback.
+* YAML nested deeper than ``MAX_DEPTH`` (100) levels is an error, found while the parser's events stream
+  in (before its scanner slows down on deep flow collections); JSON deeper than the recursion limit too.
 
 Every failure is an ``InputError`` naming ``field`` and the file (and line where known).
 """
@@ -63,45 +64,26 @@ def dump_yaml(doc, **kwargs) -> str:
     return yaml.dump(doc, Dumper=_NoAliasDumper, **kwargs)
 
 
-#: flow collections ([...] / {...}) nested deeper than this are refused before parsing: PyYAML's scanner
-#: takes time that grows faster than the depth (10,000 levels: 10 s), and no document here nests past 10
-MAX_FLOW_DEPTH = 100
-
-
-def _flow_too_deep(text: str) -> bool:
-    """Whether ``text`` opens more than ``MAX_FLOW_DEPTH`` flow collections inside one another (brackets in
-    quoted text and comments are not counted)."""
-    if text.count("[") + text.count("{") <= MAX_FLOW_DEPTH:
-        return False
-    depth, quote, comment, prev = 0, "", False, "\n"
-    for c in text:
-        if comment:
-            comment = c != "\n"
-        elif quote:
-            quote = "" if c == quote else quote
-        elif c in "'\"":
-            quote = c
-        elif c == "#" and prev in " \t\n":
-            comment = True
-        elif c in "[{":
-            depth += 1
-            if depth > MAX_FLOW_DEPTH:
-                return True
-        elif c in "]}":
-            depth = max(depth - 1, 0)
-        prev = c
-    return False
+#: collections nested deeper than this are refused while the events stream in, before any is built: PyYAML's
+#: scanner takes time that grows faster than the depth (10,000 flow levels: 10 s), and no document here
+#: nests past 10
+MAX_DEPTH = 100
 
 
 def load_yaml(text: str, field: str, where: str):
     """The YAML document in ``text`` (from file ``where``)."""
-    if _flow_too_deep(text):
-        raise InputError(field, TOO_DEEP, where)
     try:
+        depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):
                 raise InputError(field, "YAML anchors and aliases (&name / *name) are not supported",
                                  f"{where}:{event.start_mark.line + 1}")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise InputError(field, TOO_DEEP, f"{where}:{event.start_mark.line + 1}")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
         loader = type("_Loader", (_StrictYamlLoader,), {"field": field, "where": where})
         return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:

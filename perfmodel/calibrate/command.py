@@ -610,13 +610,14 @@ def run_calibration(
 
 
 def _profile_intra_node(cal: Calibration, network, spec) -> dict[str, float]:
-    """The NVLink tier the profile this run starts from (the shipped one, or ``--calibration``'s) holds for
-    the named fabric (its entry) or, unnamed, for this GPU (``gpus.<gpu>``): the fit keeps it when no
-    single-node table of the shared collectives is among the tables it uses (``fit_collectives``'
-    ``held_intra``); {} where the profile has none (the fit then takes it from the multi-node tables)."""
-    net = (network or "").strip().lower()
-    own = cal.networks.get(net, {}) if net else cal.gpus.get(spec.name, {})
-    return {k: float(own[k]) for k in ("nvlink_efficiency", "intra_node_latency_us") if k in own}
+    """The NVLink tier the profile this run starts from (the shipped one, or ``--calibration``'s) costs
+    this GPU on the named fabric with: its entry's values, else the profile-wide (or catalog) ones. The fit
+    keeps it when no single-node table of the shared collectives is among the tables it uses
+    (``fit_collectives``' ``held_intra``): multi-node tables barely determine it (a 2-node all_reduce of
+    0.5-8 GiB trades NVLink against NIC efficiency and drove the former to its bound)."""
+    constants, gpu, _ = cal.for_network(spec, network)
+    return {"nvlink_efficiency": float(constants.nvlink_efficiency),
+            "intra_node_latency_us": float(gpu.intra_node_latency_us)}
 
 
 def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo, others: bool):
@@ -634,9 +635,9 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
     residuals = fit.median_abs_err_pct
     if fit.held:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in sorted(fit.held.items()))
-        where = f"the {network} entry" if (network or "").strip() else f"{spec.name}'s entry"
-        echo(f"nccl-tests: no single-node table, so the NVLink tier is not refitted: {shown} kept from {where} "
-             "of the profile this run starts from")
+        on = f" on {network}" if (network or "").strip() else ""
+        echo(f"nccl-tests: no single-node table, so the NVLink tier is not refitted: {shown} kept, as the profile "
+             f"this run starts from costs {spec.name}{on}")
     unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
     if unfitted:
         what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "

@@ -35,6 +35,9 @@ import numpy as np
 
 #: bytes of an fp32 value (master weights, fp32 gradients)
 FP32_BYTES = 4.0
+#: DeepSpeed zero_optimization.sub_group_size default (runtime/zero/config.py): elements a ZeRO-3
+#: optimizer step processes at once
+ZERO3_SUB_GROUP_ELEMS = 1e9
 
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_BALANCED = 0, 1, 2, 3
 
@@ -185,8 +188,13 @@ def fp32_grad_copy_bytes(params_per_gpu, dp, zero_stage, grad_bytes_per_param):
     distributed, against 18 and 6 + 12/d with fp32 grads); DeepSpeed's ZeRO optimizers do the same for
     their partition (single_partition_of_fp32_groups[i].grad, set to None after the step). It lives
     while the step runs, after the backward pass has freed the activations: the peak holds the larger of
-    the two (``step.py``)."""
-    shard = np.asarray(params_per_gpu, dtype=float) / np.where(np.asarray(zero_stage) >= 1, np.asarray(dp, dtype=float), 1.0)
+    the two (``step.py``). Under ZeRO-3 (DeepSpeed's stage3.py, the stage-3 engine that keeps 16-bit
+    gradients; FSDP reduces in fp32) the step runs one sub-group at a time and frees each sub-group's copy
+    before the next: at most ``sub_group_size`` elements, 1e9 by default, are upcast at once."""
+    zero = np.asarray(zero_stage)
+    shard = np.asarray(params_per_gpu, dtype=float) / np.where(zero >= 1, np.asarray(dp, dtype=float), 1.0)
+    # (ZeRO-3 over one rank is costed as no ZeRO, as everywhere in step.py)
+    shard = np.where((zero >= 3) & (np.asarray(dp) > 1), np.minimum(shard, ZERO3_SUB_GROUP_ELEMS), shard)
     return np.where(np.asarray(grad_bytes_per_param) < FP32_BYTES, FP32_BYTES * shard, 0.0)
 
 

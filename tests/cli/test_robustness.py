@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from perfmodel.errors import InputError
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "calibration" / "data" / "runs" / "calibration_runs.csv"
 BASE = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "8", "--global-batch", "8"]
@@ -440,8 +442,26 @@ def test_deeply_nested_flow_yaml_is_refused_at_once(tmp_path):
     assert time.perf_counter() - t0 < 30.0
     from perfmodel.structured_text import load_yaml
 
+    # the depth is the parser's, not a count of brackets: text, comments, block scalars and apostrophes
+    # do not nest (a review found a textual pre-scan refusing these)
     assert load_yaml("a: '" + "[" * 500 + "'\n# " + "{" * 500 + "\nb: [[1]]\n", "f", "w") == {
-        "a": "[" * 500, "b": [[1]]}  # brackets in quotes and comments are not nesting
+        "a": "[" * 500, "b": [[1]]}
+    assert load_yaml("source: |\n  " + "see [" * 101 + "\n", "f", "w") == {"source": "see [" * 101 + "\n"}
+    assert len(load_yaml("rows:\n" + "- [x, it's]\n- it's\n" * 101, "f", "w")["rows"]) == 202
+    assert load_yaml('a: "\\" ' + "[" * 101 + '"\n', "f", "w") == {"a": '" ' + "[" * 101}  # an escaped quote
+    with pytest.raises(InputError, match="nested too deeply"):
+        load_yaml("a:\n" + "- " * 101 + "x\n", "f", "w")  # block nesting counts too
+
+
+def test_padded_and_quoted_csv_cells_still_read(tmp_path):
+    """A review finding: a strict csv reader refused a hand-aligned table (a space after a closing quote)
+    that had always been read; only a quote left open at the end of the file is refused."""
+    from perfmodel.calibrate.parsers._csv_table import read_csv_text
+
+    (tmp_path / "pad.csv").write_text('name     ,b\n"llama"  ,1\n"x""y",2\n"",3\n5" screen,4\n"multi\nline",5\n')
+    df, lines, _ = read_csv_text(tmp_path / "pad.csv")
+    assert [c.strip() for c in df.iloc[:, 0]] == ["llama", 'x"y', "", '5" screen', "multi\nline"]
+    assert lines == [2, 3, 4, 5, 7]
 
 
 def test_a_csv_cut_inside_a_quoted_cell_is_refused(tmp_path):
@@ -495,3 +515,29 @@ def test_empty_option_values_are_refused(args, field, rule):
     res = run(*args)
     assert_one_error(res, field)
     assert rule in res.stderr
+
+
+def test_a_long_path_stays_whole_in_an_error_and_a_huge_cell_is_cut_at_both_ends(tmp_path):
+    """A review finding: shortening long tokens cut a 200-character path before its file name."""
+    deep = tmp_path / ("d" * 150)
+    deep.mkdir()
+    res = run("estimate", "--model", str(deep / "missing_model.yaml"), *BASE[2:])
+    assert_one_error(res, "model")
+    assert "missing_model.yaml'" in res.stderr
+    gemm = tmp_path / "g.csv"
+    gemm.write_text(f"m,n,k,dtype,time_us\n{HUGE},4096,4096,bf16,10\n")
+    res = run("calibrate", "--gpu", "h100-sxm5-80gb", "--gemm", str(gemm), "--out", str(tmp_path / "o.yaml"))
+    assert_one_error(res, "m")
+    assert "(5,002 characters)" in res.stderr and len(res.stderr) < 400  # the quoted number
+
+
+def test_hpz_on_one_gpu_nodes_is_refused():
+    """A review finding: a node of one GPU leaves hpZ a secondary group of one rank, which DeepSpeed reads
+    as hpZ off (zero_hpz_partition_size 1), yet it was costed as hpZ (a full weight copy per GPU)."""
+    res = run("estimate", *BASE[:4], "--gpus", "16", "--gpus-per-node", "1", "--global-batch", "16",
+              "--zero-stage", "3", "--zeropp", "hpz", "--framework", "deepspeed")
+    assert_one_error(res, "zeropp")
+    assert "nodes of 2 or more GPUs" in res.stderr
+    res = run("estimate", *BASE[:4], "--gpus", "16", "--gpus-per-node", "1", "--global-batch", "16",
+              "--zero-stage", "3", "--zeropp", "qwz,qgz", "--framework", "deepspeed")
+    assert res.returncode == 0, res.stderr

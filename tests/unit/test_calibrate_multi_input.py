@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "calibration" / "data"
 P5_1NODE = DATA / "collectives" / "traces" / "nccl" / "aws_p5_1node_h100_allreduce.txt"
 XX_10NODES = DATA / "collectives" / "collectives" / "xxrjun_cluster01_H100_10nodes" / "nccl_N10_G8.log.txt"
+GH_2NODES = DATA / "collectives" / "collectives" / "github_H100_2nodes_16gpu_allreduce.txt"
 H200_GEMM = DATA / "kernels_h200" / "gemm_llama3-8b_tp1.csv"
 MEGATRON_LOG = ROOT / "tests" / "fixtures" / "parsers" / "megatron_args_llama2_7b.log"
 
@@ -48,6 +49,27 @@ def test_refining_with_multi_node_tables_keeps_the_fitted_nvlink_tier(tmp_path, 
     code, both, _, err = _calibrate(monkeypatch, capsys, tmp_path / "both.yaml", *gpu, "--nccl-tests", str(P5_1NODE),
                                     "--nccl-tests", str(XX_10NODES))
     assert code == 0 and abs(both["gpus"]["h100-sxm5-80gb"]["nvlink_efficiency"] - nvlink) < 1e-6, err
+
+
+def test_multi_node_tables_alone_keep_the_nvlink_tier_the_starting_profile_costs(tmp_path, monkeypatch, capsys):
+    """An audit: a 2-node all_reduce of 0.5-8 GiB alone (no single-node table, and no NVLink value in the
+    shipped profile's H100 entry) refitted NVLink efficiency, which those sizes trade against the NIC's: it
+    ended on its bound, nothing was applied and calibrate exited 1. The NVLink tier is now kept as the
+    starting profile costs this GPU (profile-wide constant, catalog latency); the inter-node tier is fitted."""
+    from perfmodel.calibration_profile import load_calibration
+    from perfmodel.catalog import load_gpu
+
+    constants, gpu, _ = load_calibration(None).for_network(load_gpu("h100-sxm5-80gb"), None)
+    for i, log in enumerate((GH_2NODES, XX_10NODES)):
+        code, prof, out, err = _calibrate(monkeypatch, capsys, tmp_path / f"p{i}.yaml", "--gpu", "h100-sxm5-80gb",
+                                          "--nccl-tests", str(log))
+        assert code == 0, err
+        assert "no single-node table, so the NVLink tier is not refitted" in out
+        own = prof["gpus"]["h100-sxm5-80gb"]
+        assert own["intra_node_latency_us"] == gpu.intra_node_latency_us
+        assert own.get("nvlink_efficiency", constants.nvlink_efficiency) == constants.nvlink_efficiency
+        assert prof["constants"]["nvlink_efficiency"] == constants.nvlink_efficiency
+        assert own["scale_out_latency_us"] > 0 and 0.0 < prof["constants"]["nic_efficiency"] <= 1.0
 
 
 def test_a_gemm_csv_measured_on_another_gpu_is_refused(tmp_path, monkeypatch, capsys):

@@ -162,6 +162,17 @@ def test_megatron_distributed_optimizer_table(d):
             assert float(w + g + o + fp32_grad_copy_bytes(1.0, d, stage, grad_bytes)) == pytest.approx(expected)
 
 
+def test_the_fp32_grad_copy_is_the_optimizer_shard_and_one_sub_group_under_zero3():
+    """ZeRO-1/2 upcast the optimizer's whole shard (Psi / d); DeepSpeed's stage-3 step upcasts one
+    sub-group at a time (sub_group_size 1e9 by default) and frees it before the next (a review finding:
+    405B on 144 GPUs was costed 4 x 2.8e9 bytes, not 4 x 1e9). fp32 gradients need no copy."""
+    psi = 4.0e11
+    for stage, d, expected in ((0, 144, 4 * psi), (1, 144, 4 * psi / 144), (2, 8, 4 * psi / 8), (3, 144, 4e9),
+                               (3, 1024, 4 * psi / 1024)):
+        assert float(fp32_grad_copy_bytes(psi, d, stage, 2.0)) == pytest.approx(expected), (stage, d)
+        assert float(fp32_grad_copy_bytes(psi, d, stage, 4.0)) == 0.0
+
+
 def test_the_step_peak_holds_the_larger_of_activations_and_the_fp32_grad_copy():
     """The fp32 copy lives during the optimizer step, after the activations are freed: GPT-3 13B, fp16,
     Megatron-LM, TP 8 x DP 8 without the distributed optimizer (1.6e9 parameters a GPU). With full
