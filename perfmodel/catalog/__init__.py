@@ -189,6 +189,12 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
                          f"(got {tied!r})", where=where)
     learned = model_type in ("gpt2", "opt", "gpt_bigcode")  # learned absolute position embeddings
+    # ALiBi attention biases: BLOOM always (transformers BloomAttention), Falcon where its config says alibi,
+    # MPT where attn_config.alibi is true (its default in transformers MptAttentionConfig)
+    attn_config = cfg.get("attn_config") if isinstance(cfg.get("attn_config"), dict) else {}
+    alibi = (model_type == "bloom" or (model_type in ("falcon", "refinedweb", "refinedwebmodel")
+                                       and cfg.get("alibi") is True)
+             or (model_type == "mpt" and attn_config.get("alibi", True) is True))
     # Falcon's multi_query (without its new decoder architecture) is one key/value head, whatever num_kv_heads
     # says (transformers FalconAttention: num_kv_heads if new_decoder_architecture or not multi_query else 1;
     # save_pretrained writes num_kv_heads = num_attention_heads beside multi_query: true)
@@ -221,6 +227,7 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         mlp="swiglu" if gated else ("relu2" if act == "relu2" else "gelu"),  # Nemotron: squared ReLU
         tied_embeddings=tied,
         learned_pos_emb=learned,
+        alibi=alibi,
         max_seq_len=_informational_length(pick(*CONTEXT_KEYS), where, found(*CONTEXT_KEYS), used=learned),
         parallel_block=parallel,
         qkv_bias=qkv_bias,

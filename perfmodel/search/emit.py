@@ -96,8 +96,8 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     f = _model_flags(model)
     if model.n_kv_heads != model.n_heads:
         f += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
-    if not model.learned_pos_emb:  # no position table was costed: rotary embeddings
-        f += ["--position-embedding-type", "rope"]
+    if not model.learned_pos_emb:  # no position table was costed: rotary embeddings, or ALiBi (see the notes)
+        f += ["--position-embedding-type", "none" if model.alibi else "rope"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
         # causal masking is the attention kernel's: by default Megatron's data loader also builds a
@@ -188,7 +188,7 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
     f = _model_flags(model)
     if model.n_kv_heads != model.n_heads:
         f += ["--num-key-value-heads", str(model.n_kv_heads)]
-    if not model.learned_pos_emb:
+    if not model.learned_pos_emb and not model.alibi:
         f += ["--use-rotary-position-embeddings"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
@@ -388,7 +388,12 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         if model.mlp == "swiglu":
             notes.append("the normalization is not part of the costed shape: add your model's (Llama-style "
                          "SwiGLU models: --normalization RMSNorm; Megatron's default is LayerNorm)")
-        if not model.learned_pos_emb and not megatron_deepspeed(job):
+        if model.alibi:
+            said = ("which Megatron-LM's --position-embedding-type does not offer: 'none' trains it without positions"
+                    if not megatron_deepspeed(job) else "so no position flag is emitted")
+            notes.append(f"{model.name} uses ALiBi attention biases, {said}; BigScience's Megatron-DeepSpeed fork, which "
+                         "trained BLOOM, takes --position-embedding-type alibi (bigscience train/tr11-176B-ml)")
+        elif not model.learned_pos_emb and not megatron_deepspeed(job):
             notes.append("the rotary base is not part of the costed shape: add your model's --rotary-base "
                          "(Llama 3: 500000; Megatron's default is 10000)")
         if c["zero"] >= 2 and not megatron_deepspeed(job):

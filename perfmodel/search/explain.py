@@ -83,11 +83,26 @@ def default_tp(ev: Evaluated, gpus_per_node: int) -> int | None:
 
 
 def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
-    """The largest time-part differences a - b, e.g. ``bubble -0.88 s, tp_comm +0.97 s``."""
-    d = {k.removesuffix("_s"): float(a[k] - b[k]) for k in TIME_PARTS}
+    """The largest time-part differences a - b, e.g. ``bubble -0.88 s, tp_comm +0.97 s``. Between two GPU
+    counts, in GPU-seconds (each part times its row's GPUs): the same batch on twice the GPUs takes about half
+    the step, which is no reason one layout beats the other."""
+    per_gpu = "n_gpus" in a and "n_gpus" in b and a["n_gpus"] != b["n_gpus"]
+    wa, wb = (float(a["n_gpus"]), float(b["n_gpus"])) if per_gpu else (1.0, 1.0)
+    unit = " GPU-s" if per_gpu else " s"
+    d = {k.removesuffix("_s"): float(a[k] * wa - b[k] * wb) for k in TIME_PARTS}
     top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:n]
-    # (a difference that prints as 0.000 s is not shown)
-    return ", ".join(f"{k} {v:+.3f} s" for k, v in top if abs(v) >= 0.0005) or "no difference that rounds to 1 ms"
+    # (a difference that prints as 0.000 is not shown)
+    shown = ", ".join(f"{k} {v:+.3f}{unit}" for k, v in top if abs(v) >= 0.0005)
+    return (f"(step time x GPUs) {shown}" if per_gpu and shown else shown) or "no difference that rounds to 1 ms"
+
+
+def _gain_text(win: pd.Series, run: pd.Series, objective: str) -> str:
+    """The winner's edge in the objective the candidates were ranked by."""
+    if objective == "time-to-train" and np.isfinite(win.get("time_to_train_s", np.nan)):
+        return f"{win['time_to_train_s'] / run['time_to_train_s'] - 1.0:+.1%} time to train"
+    if objective == "cost" and np.isfinite(win.get("cost_usd", np.nan)):
+        return f"{win['cost_usd'] / run['cost_usd'] - 1.0:+.1%} cost"
+    return f"{win['tokens_per_s_per_gpu'] / run['tokens_per_s_per_gpu'] - 1.0:+.1%} tokens/s/GPU"
 
 
 def _diff_keys(a, b) -> str:
@@ -134,9 +149,8 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
         lines.append(cp_line)
     if len(df) > 1:
         run = df.iloc[1]
-        gain = win["tokens_per_s_per_gpu"] / run["tokens_per_s_per_gpu"] - 1.0
         lines.append(
-            f"winner vs runner-up ({_diff_keys(win, run)}): {gain:+.1%} tokens/s/GPU; "
+            f"winner vs runner-up ({_diff_keys(win, run)}): {_gain_text(win, run, result.objective)}; "
             f"time {_delta_text(win, run)}; memory {win['memory_gib'] - run['memory_gib']:+.1f} GiB"
         )
     gi = int(result.source_gpu_index[0])

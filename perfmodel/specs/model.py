@@ -40,6 +40,9 @@ class ModelSpec(BaseModel):
     learned_pos_emb: bool = Field(
         default=False, description="Learned absolute position embedding (GPT-2/3); False for RoPE/ALiBi."
     )
+    alibi: bool = Field(
+        default=False, description="ALiBi attention biases instead of rotary embeddings (BLOOM, MPT, Falcon's "
+        "alibi): no position table; a few element-wise passes like RoPE's, costed alike. Only --emit reads it.")
     max_seq_len: int | None = Field(default=None, gt=0, le=MAX_SEQ_LEN, description="Context length it was trained at.")
     parallel_block: bool = Field(
         default=False, description="Attention and MLP read the same input and their outputs are summed (GPT-J, "
@@ -63,7 +66,7 @@ class ModelSpec(BaseModel):
             raise ValueError("must be an integer, not text")
         return not_a_boolean(value, "integer")
 
-    @field_validator("tied_embeddings", "learned_pos_emb", "parallel_block", "qkv_bias", mode="before")
+    @field_validator("tied_embeddings", "learned_pos_emb", "alibi", "parallel_block", "qkv_bias", mode="before")
     @classmethod
     def _a_boolean(cls, value):
         return strict_boolean(value)

@@ -391,3 +391,31 @@ def test_a_count_no_parallel_size_can_split_says_so():
     res = CliRunner().invoke(app, ["recommend", "--model", "llama3-70b", "--gpu", "h100-sxm5-80gb", "--gpus", "96",
                                    "--seq-len", "8192", "--global-batch", "512"])
     assert res.exit_code == 1 and "no parallel size can take the factor 3 of 96 GPUs" in res.output
+
+
+def test_runner_up_on_another_gpu_count_is_compared_per_gpu_second_in_the_objective():
+    """An audit: with --gpus-range the winner (64 GPUs) and runner-up (128) were compared in raw step
+    seconds ('compute +31 s': the same batch on half the GPUs) and in tokens/s/GPU under --objective cost.
+    The parts are now GPU-seconds (step time x GPUs), the gain the objective's own."""
+    from perfmodel.search.explain import explain
+
+    model, job = pm.load_model("llama3-70b"), pm.JobSpec(global_batch=512, seq_len=8192)
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 64, 8)
+    crossed = 0
+    for objective, extra, unit in (("throughput", {}, "tokens/s/GPU"),
+                                   ("cost", {"train_tokens": 1e12, "usd_per_gpu_hour": 2.5}, "cost"),
+                                   ("time-to-train", {"train_tokens": 1e12}, "time to train")):
+        res = run_search(model, cluster, job, gpu_counts=[64, 128], objective=objective, top=5, **extra)
+        win, run = res.candidates.iloc[0], res.candidates.iloc[1]
+        line = next(ln for ln in explain(res, 8) if ln.startswith("winner vs runner-up"))
+        assert f"; {unit}" not in line and f" {unit};" in line
+        if objective == "cost":
+            assert f"{win['cost_usd'] / run['cost_usd'] - 1.0:+.1%} cost" in line
+        if win["n_gpus"] != run["n_gpus"]:
+            crossed += 1
+            assert "(step time x GPUs)" in line and " s," not in line
+            parts = {k: win[k] * win["n_gpus"] - run[k] * run["n_gpus"] for k in ("compute_s", "dp_comm_s", "bubble_s",
+                                                                                    "tp_comm_s", "pp_comm_s")}
+            top = max(parts, key=lambda k: abs(parts[k]))
+            assert f"{top.removesuffix('_s')} {parts[top]:+.3f} GPU-s" in line
+    assert crossed >= 2  # throughput and cost: 64 vs 128 GPUs

@@ -518,3 +518,34 @@ def test_megatron_deepspeed_flags_keep_to_its_own_parser():
     flags = megatron_flags(pm.load_model("llama3-8b"), _job("bf16", "megatron-deepspeed"), ROWS[2])
     assert "--no-create-attention-mask-in-dataloader" not in flags
     assert flags[flags.index("--hidden-dropout") + 1] == "0.0"
+
+
+def test_alibi_models_get_no_rotary_flags(tmp_path):
+    """An audit: BLOOM (ALiBi, no position table) was emitted with --position-embedding-type rope and a
+    --rotary-base note. Megatron-LM has no ALiBi: 'none' with a note naming BigScience's fork's flag; the
+    Megatron-DeepSpeed emit drops --use-rotary-position-embeddings. HF configs: BLOOM always, MPT by
+    attn_config.alibi (default true), Falcon by alibi."""
+    import json
+
+    bloom = pm.load_model("bloom-176b")
+    assert bloom.alibi and not pm.load_model("llama3-70b").alibi
+    row = ROWS[0]
+    flags = megatron_flags(bloom, _job(), row)
+    i = flags.index("--position-embedding-type")
+    assert flags[i + 1] == "none" and flags[i + 1] in MEGATRON_CHOICES["--position-embedding-type"]
+    notes = " ".join(emit_notes("megatron", bloom, _job(), row))
+    assert "ALiBi" in notes and "--position-embedding-type alibi" in notes and "--rotary-base" not in notes
+    ds_flags = megatron_flags(bloom, _job(framework="megatron-deepspeed"), dict(row, vpp=1))
+    assert "--use-rotary-position-embeddings" not in ds_flags
+    assert "--use-rotary-position-embeddings" in megatron_flags(pm.load_model("llama3-70b"),
+                                                                _job(framework="megatron-deepspeed"), dict(row, vpp=1))
+    base = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "vocab_size": 1000}
+    for cfg, expected in (({"model_type": "bloom", "n_embed": 1024, "n_layer": 2, "n_head": 16}, True),
+                          ({"model_type": "mpt", "d_model": 1024, "n_layers": 2, "n_heads": 16, "attn_config": {}}, True),
+                          ({"model_type": "mpt", "d_model": 1024, "n_layers": 2, "n_heads": 16,
+                            "attn_config": {"alibi": False}}, False),
+                          ({"model_type": "falcon", "alibi": True}, True), ({"model_type": "falcon"}, False),
+                          ({"model_type": "llama", "intermediate_size": 2816}, False)):
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({**base, **cfg}))
+        assert pm.load_model(str(p)).alibi is expected, cfg
