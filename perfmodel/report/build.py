@@ -1,6 +1,7 @@
 """Write a report: the HTML page, the same plots as PNG files and the candidates as CSV."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 from perfmodel.errors import output_file, refuse_replacing_inputs, write_file_atomic
 from perfmodel.report.data import ReportData
 from perfmodel.report.document import render
+from perfmodel.report.html import GENERATOR_META
 from perfmodel.report.figures import png_bytes
 from perfmodel.report.plots_breakdown import memory_breakdown_figure, time_breakdown_figure
 from perfmodel.report.plots_runs import runs_figure
@@ -68,10 +70,27 @@ def _csv_bytes(df, **kwargs) -> bytes:
     return df.to_csv(**kwargs).encode("utf-8")
 
 
+#: the files a report wrote, named in its page's head: a later report removes those of them it does not write
+_FILES_META = '<meta name="perfmodel-report-files" content="{}">'
+_FILES_META_RE = re.compile(r'<meta name="perfmodel-report-files" content="([^"]*)">')
+
+
+def _earlier_report_files(html: Path) -> set[str]:
+    """The files the report whose page is ``html`` wrote (none where it is not a perfmodel report's page)."""
+    try:
+        with html.open("rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return set()
+    m = _FILES_META_RE.search(head) if GENERATOR_META in head else None
+    return set(m.group(1).split()) if m else set()
+
+
 def write_report(data: ReportData, out_dir: str | Path, inputs: Sequence[str | Path] = ()) -> ReportFiles:
     """Render every plot and table once, then write PNGs, CSVs and the HTML (which embeds the same PNGs),
     each file atomically; files of an earlier report in the folder that this one does not write (the
-    runs plot and table of a report with ``--runs``) are removed, so the folder holds one report.
+    runs plot and table of a report with ``--runs``) are removed, so the folder holds one report (only those
+    the earlier report.html names as its own: a user's file of the same name stays).
     A file of the report that is one of ``inputs`` (the runs CSV, the calibration, a model or GPU file)
     is refused before anything is written or removed."""
     out = Path(out_dir)
@@ -86,14 +105,19 @@ def write_report(data: ReportData, out_dir: str | Path, inputs: Sequence[str | P
     files[SCALING_CSV] = _csv_bytes(data.scaling, index=False)
     if data.runs is not None:
         files[RUNS_CSV] = _csv_bytes(data.runs, index=False)
-    files[HTML_FILE] = render(data, images).encode("utf-8")
+    names = " ".join(sorted([*files, HTML_FILE]))
+    files[HTML_FILE] = render(data, images).replace(
+        GENERATOR_META, GENERATOR_META + _FILES_META.format(names), 1).encode("utf-8")
     out.mkdir(parents=True, exist_ok=True)
     for name in files:  # a folder, device or FIFO in the way of a file fails the report before anything is written
         if (out / name).is_dir():
             raise IsADirectoryError(21, "Is a directory", str(out / name))
         output_file(out / name)
+    # an earlier report's files that this one does not write go, so the folder holds one report; only those
+    # its page says it wrote: a file of the user's that shares a name with one is not ours to remove
+    earlier = _earlier_report_files(out / HTML_FILE)
     for name in (*PNG_FILES.values(), RUNS_CSV):
-        if name not in files and (out / name).is_file():
+        if name in earlier and name not in files and (out / name).is_file():
             (out / name).unlink()
     for name, content in files.items():
         write_file_atomic(out / name, content)

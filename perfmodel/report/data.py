@@ -111,6 +111,9 @@ def runs_frame(runs: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
     })
     out["error_pct"] = (out["pred_tokens_per_s_per_gpu"] / out["measured_tokens_per_s_per_gpu"] - 1.0) * 100.0
     out["scored"] = (out["status"] == "ok") & np.isfinite(out["error_pct"]) & (out["measured_tokens_per_s_per_gpu"] > 0)
+    # a predicted run left out of the statistics says why, as the page counts it
+    unmeasured = (out["status"] == "ok") & ~out["scored"] & (out["reason"] == "")
+    out.loc[unmeasured, "reason"] = "not scored: no measured throughput (tokens/s, step time, TFLOP/s or MFU)"
     return out
 
 

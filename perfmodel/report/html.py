@@ -64,12 +64,16 @@ def paragraph(text: str) -> str:
     return f"<p>{esc(text)}</p>"
 
 
+#: in every page's head: how a later report knows the folder holds one of ours (build.write_report)
+GENERATOR_META = '<meta name="generator" content="perfmodel report">'
+
+
 def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) -> str:
     """The whole document; ``sections`` are (anchor, nav label, markup from ``section``)."""
     nav = " ".join(f'<a href="#{esc(a)}">{esc(label)}</a>' for a, label, _ in sections)
     body = "\n".join(markup for _, _, markup in sections)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{GENERATOR_META}"
         f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{esc(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{esc(title)}</h1><p class=\"sub\">{esc(subtitle)}</p>"
         f"<nav>{nav}</nav>\n{body}\n</body></html>\n"

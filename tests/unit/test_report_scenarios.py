@@ -160,11 +160,35 @@ def test_report_folder_holds_one_report_and_counts_every_run(tmp_path):
     pred = pd.read_csv(tmp_path / "r" / "runs_predicted.csv")
     assert len(pred) == 10 and int(pred["scored"].sum()) == 8
     assert pred.loc[0, "status"] == "invalid" and "tp" in pred.loc[0, "reason"]
+    # (an audit: the unscored run's reason cell was empty while the page counted it)
+    assert pred.loc[1, "status"] == "ok" and pred.loc[1, "reason"].startswith("not scored: no measured throughput")
+    assert pred.loc[pred["scored"], "reason"].isna().all()
     page = (tmp_path / "r" / HTML_FILE).read_text()
     assert "10 runs given, 8 scored (1 invalid, 1 no measured throughput" in page
     cand = pd.read_csv(tmp_path / "r" / CANDIDATES_CSV)
     assert cand["rank"].iloc[0] == 1  # as on the page
     assert "time_to_train_s" not in cand  # objective columns this search did not compute
+
+
+def test_report_removes_only_an_earlier_reports_files(tmp_path):
+    """An audit: a folder without any report, holding the user's own predicted_vs_measured.png and
+    runs_predicted.csv, lost both to a report without --runs; only a folder whose report.html perfmodel wrote
+    has its runs files removed."""
+    base = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--top", "2", "--scaling-gpus", "16", "--out", str(tmp_path / "r")]
+    (tmp_path / "r").mkdir()
+    mine = {PNG_FILES["runs"]: b"mine", "runs_predicted.csv": b"mine,1\n"}
+    for name, content in mine.items():
+        (tmp_path / "r" / name).write_bytes(content)
+    assert run(base).exit_code == 0
+    assert all((tmp_path / "r" / name).read_bytes() == content for name, content in mine.items())
+    assert run(base).exit_code == 0  # over a report of ours that did not write them either: still kept
+    assert all((tmp_path / "r" / name).read_bytes() == content for name, content in mine.items())
+    runs = tmp_path / "runs.csv"
+    runs.write_text("".join(RUNS_CSV.read_text().splitlines(keepends=True)[:6]))
+    assert run([*base, "--runs", str(runs)]).exit_code == 0  # writes them (over the user's: same names)
+    assert run(base).exit_code == 0  # and the next report without runs removes what its predecessor wrote
+    assert not any((tmp_path / "r" / name).exists() for name in mine)
 
 
 def test_report_names_the_file_it_cannot_write(tmp_path):
