@@ -126,7 +126,8 @@ def drop_refused(fitted: dict, tiers_apart: bool = False) -> tuple[dict, dict[st
                 applied["constants"] = keep
             else:
                 applied[part][name] = keep
-    return applied, dropped, others
+    # (a value a profile section repeats, e.g. the GPU-wide copy of the refused one, is named once: as refused)
+    return applied, dropped, {k: v for k, v in others.items() if k not in dropped}
 
 
 def fitted_values(fitted: dict) -> int:

@@ -547,6 +547,14 @@ def run_calibration(
         for s, v in per_src.sort_values(ascending=False).items():
             echo(f"  {s:<16} {v:6.1f}")
         echo(f"  macro-averaged   {per_src.mean():6.1f}")
+        # a stack's kernel efficiency on the top of its range is applied (its runs are faster than kernel speed
+        # explains; estimate says so for it: notes.kernel_bound_note), and said here where it is fitted
+        from perfmodel.notes import kernel_bound_note
+
+        for stack in sorted({k.split(".")[0] for k in fit.params if k.endswith(".kernel_efficiency")}):
+            note = kernel_bound_note(stack, cal)
+            if note:
+                echo(f"runs: note: {note}")
         records.update({"runs_fit_params": fit.params, "runs_mape_pct_by_source": per_src.round(2).to_dict()})
     points = [pt for pt in log_points if pt is not None]
     if points:
@@ -646,6 +654,7 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
             raise NothingUsable(f"nccl-tests: {what}; nothing to fit, no profile written")
         print(f"warning: nccl-tests: {what}; nothing fitted from it", file=sys.stderr)
     fitted, dropped, with_them = drop_refused(fit.overrides, tiers_fitted_apart(tables, cluster["gpus_per_node"]))
+    with_them = {k: v for k, v in with_them.items() if k not in fit.held}  # kept, not fitted (said above)
     if dropped:
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in dropped.items())
         also = (f" (nor the values of its fit stage and those fitted on top of it: "

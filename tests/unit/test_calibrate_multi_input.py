@@ -301,3 +301,17 @@ def test_a_gzipped_copy_of_a_trace_is_the_same_data(tmp_path, monkeypatch, capsy
     code, prof, _, err = _calibrate(monkeypatch, capsys, tmp_path / "p.yaml", "--gpu", "h200-sxm-141gb",
                                     "--trace", str(gz), "--trace", str(H200_LAYER))
     assert code == 2 and prof is None and f"has the same content as {gz}" in err
+
+
+def test_a_runs_fit_says_when_a_kernel_efficiency_ends_on_its_top(tmp_path, monkeypatch, capsys):
+    """An audit: OneFlow's runs fit its kernel efficiency to the top of its range (1.15) and calibrate wrote it
+    without a word (estimate notes it; the GEMM and log fits report a bound): the runs fit now says so."""
+    lines = (DATA / "runs" / "calibration_runs.csv").read_text().splitlines()
+    runs = tmp_path / "of.csv"
+    runs.write_text("\n".join([lines[0], *[ln for ln in lines[1:] if ln.startswith("dlperf-of-")]]) + "\n")
+    code, prof, out, err = _calibrate(monkeypatch, capsys, tmp_path / "of.yaml", "--gpu", "v100-sxm2-16gb",
+                                      "--runs", str(runs))
+    assert code == 0, err
+    value = prof["frameworks"]["oneflow"]["kernel_efficiency"]
+    assert value >= 0.99 * 1.15
+    assert f"runs: note: oneflow's fitted kernel efficiency {value:.3f} is at the top of its range" in out
