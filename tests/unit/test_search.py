@@ -308,6 +308,14 @@ def test_cli_gpus_range_prints_pareto():
     assert "Pareto" in r.stdout
 
 
+def test_cli_gpus_joins_the_gpus_range():
+    """--gpus beside --gpus-range is one more count of the range (README), not ignored."""
+    args = [a for a in BASE if a not in ("--gpus", "64")] + ["--gpus-range", "16,64", "--gpus", "32", "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert sorted(p["n_gpus"] for p in json.loads(r.stdout)["pareto"]) == [16, 32, 64]
+
+
 def test_cli_nothing_fits_exits_1():
     r = runner.invoke(app, ["recommend", "--model", "gpt-1t", "--gpu", "a100-sxm4-80gb", "--gpus", "8",
                             "--global-batch", "64", "--seq-len", "2048"])
