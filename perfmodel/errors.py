@@ -40,12 +40,13 @@ def _shorten(match: "re.Match[str]") -> str:
     return f"{text[:40]}...{text[-40:]} ({len(text):,} characters)"
 
 
-#: digits past which Python refuses to read a whole number (sys.get_int_max_str_digits, 4,300 by default)
 def too_many_digits(exc: BaseException) -> bool:
-    """Whether ``exc`` is Python's refusal to read a whole number with more digits than its limit."""
+    """Whether ``exc`` is Python's refusal to read a whole number with more digits than its limit
+    (sys.get_int_max_str_digits, 4,300 by default)."""
     return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
 
 
+#: the rule an input error names for such a number
 TOO_MANY_DIGITS = "holds a whole number with more digits than Python reads (4,300); no input value is that long"
 
 

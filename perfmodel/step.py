@@ -29,7 +29,6 @@ from perfmodel.costs.pipeline_split import (
     balanced_split_table, busiest_of_split, fill_drain_stage_s, uneven_busiest_stage,
 )
 from perfmodel.costs.memory import (
-    fp32_grad_copy_bytes,
     RECOMPUTE_BALANCED,
     RECOMPUTE_FULL,
     RECOMPUTE_SELECTIVE,
@@ -38,12 +37,13 @@ from perfmodel.costs.memory import (
     last_stage_in_flight_layers,
     offloaded_layers,
     model_state_bytes,
+    fp32_grad_copy_bytes,
 )
 from perfmodel.units import GIB_BYTES
 from perfmodel.zeropp import (
     ZERO3_PARTS,
-    default_hpz_members,
     dp_ranks_per_domain,
+    hpz_members_dividing,
     hpz_secondary_bytes,
     layer_weight_numels,
     zero3_microbatch,
@@ -487,7 +487,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # forward gather leaves the domain.
     qwz, hpz, qgz = f64["qwz"] * (zero >= 3), f64["hpz"] * (zero >= 3), f64["qgz"] * (zero >= 3)
     dp_per_node = dp_ranks_per_domain(f64["nvlink_domain_gpus"], dpc, dp_stride)
-    hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), default_hpz_members(f64["nvlink_domain_gpus"], dpc, dp_stride))
+    hpz_group = np.where(hpz > 1, np.minimum(hpz, dpc), hpz_members_dividing(dp_per_node, dpc))
     # ZeRO-3 is costed only where it is used (zero_stage 3, dp x cp > 1): the same vectorized code on
     # the subset of elements, scattered back (zeros elsewhere). This keeps the search fast.
     z3_rows = _Subset((zero >= 3) & (dpc > 1), batch, tp, L)

@@ -162,9 +162,13 @@ def default_hpz_members(nvlink_domain_gpus, dp_cp, dp_stride):
     divides the world and builds it from consecutive ranks ([DS] utils/groups.py
     _create_zero_param_parallel_group), so a group dividing both never straddles two domains: one node on
     DGX-style machines, 72 GPUs of an NVL72 rack at dp 144, 24 of them at dp 96."""
-    dpc = np.asarray(dp_cp, dtype=float)
-    per = dp_ranks_per_domain(nvlink_domain_gpus, dpc, dp_stride)
-    return np.gcd(per.astype(np.int64), np.maximum(dpc, 1.0).astype(np.int64)).astype(float)
+    return hpz_members_dividing(dp_ranks_per_domain(nvlink_domain_gpus, dp_cp, dp_stride), dp_cp)
+
+
+def hpz_members_dividing(per_domain, dp_cp):
+    """``default_hpz_members`` from the group's members per NVLink domain (``dp_ranks_per_domain``)."""
+    dpc = np.maximum(np.asarray(dp_cp, dtype=float), 1.0)
+    return np.gcd(np.asarray(per_domain).astype(np.int64), dpc.astype(np.int64)).astype(float)
 
 
 def hpz_secondary_bytes(params, alpha, bytes_per_param=FP16_BYTES):

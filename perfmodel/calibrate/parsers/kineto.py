@@ -159,7 +159,8 @@ def _duration_s(ev: dict, i: int) -> float:
         raise InputError(f"traceEvents[{i}].dur", "missing: a complete ('ph': 'X') event needs a "
                          "duration in us")
     dur = _field(ev, "dur", (int, float), "a number of us", i)
-    _field(ev, "ts", (int, float), "a number of us (the event's start)", i)  # unused, but every Chrome-trace event starts at one
+    # the start is not used, but every Chrome-trace event has one, a number of us
+    _field(ev, "ts", (int, float), "a number of us (the event's start)", i)
     if not 0.0 <= dur <= MAX_EVENT_US:
         raise InputError(f"traceEvents[{i}].dur", f"must be a duration from 0 to {MAX_EVENT_US:g} us (a day; "
                          f"got {dur!r})")
