@@ -646,6 +646,11 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
         on = f" on {network}" if (network or "").strip() else ""
         echo(f"nccl-tests: no single-node table, so the NVLink tier is not refitted: {shown} kept, as the profile "
              f"this run starts from costs {spec.name}{on}")
+    if fit.shapes_held:
+        shown = ", ".join(f"{k} = {v:g} ({'flat ring' if v else 'hierarchical'})" for k, v in sorted(fit.shapes_held.items()))
+        echo(f"nccl-tests: a flat ring and the hierarchical split fit these tables alike (the ring moves the same "
+             f"multiple of the split's bytes across the NICs in each, so only the NIC efficiency differs): {shown} "
+             "kept, as the profile this run starts from holds it; a second node count or node size would tell them apart")
     unfitted = [str(p) for p, _ in parsed_nccl if residuals.get(str(p)) is None]
     if unfitted:
         what = (f"no table in {', '.join(unfitted)} is one the fit uses (sizes >= 1 MiB of all_reduce, "

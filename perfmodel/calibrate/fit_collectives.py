@@ -12,7 +12,8 @@ far below it NCCL's latency depends on the algorithm, ring or tree, and on the m
   ``latency_log2_coeff`` (latency growth with log2 nodes, when >= 2 node counts),
   ``congestion_nodes`` (bw / (1 + nodes / c), when >= 3 node counts or given as fixed),
   ``ring_step_latency_us`` (flat-ring steps, when >= 2 node counts) and the discrete ``ring_inter_node`` (flat ring vs
-  hierarchical split, the one with the lower loss); the protocol switch (``ll_latency_us``,
+  hierarchical split, the one with the lower loss where the tables tell them apart, ``shape_identified``; else the
+  profile's, unless the other removes a quarter of the loss); the protocol switch (``ll_latency_us``,
   ``ll_bandwidth_ratio``: NCCL's low-latency protocol for the smaller sizes), kept only where it
   removes a quarter of the loss (``LL_MIN_GAIN``), else off;
 - all_to_all and send_recv (other NCCL code paths) get their own inter-node values, stored as
@@ -37,9 +38,9 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from perfmodel.calibrate.comm import OP_SPECIFIC, collective_inputs, collective_time, network_key
-from perfmodel.costs.comm import OPS
+from perfmodel.costs.comm import OPS, op_factor
 from perfmodel.calibrate.parsers.nccl_tests import NcclTestsResult
-from perfmodel.calibration_profile import Calibration
+from perfmodel.calibration_profile import NETWORK_SHAPE_DEFAULTS, Calibration
 from perfmodel.errors import InputError
 from perfmodel.specs.hardware import AcceleratorSpec, nodes_holding
 from perfmodel.units import US_S
@@ -188,9 +189,20 @@ def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str
     for ll in ((False, True) if multi else (False,)):
         names = names0 + [k for k in LL_PARAMS if k not in fixed] if ll else names0
         fix = fixed if ll else {**fixed, **off}
-        cands = [_least_squares(tables, prefix, base_over, fix, names, ring if multi else None, base)
-                 for ring in ((0.0, 1.0) if multi else (0.0,))]
-        by_ll[ll] = min(cands, key=lambda c: c[1])
+        if not multi:
+            by_ll[ll] = _least_squares(tables, prefix, base_over, fix, names, None, base)
+            continue
+        cands = {ring: _least_squares(tables, prefix, base_over, fix, names, ring, base) for ring in (0.0, 1.0)}
+        # tables whose cross-node byte ratios f_op(n) / f_op(N) are all one cannot tell a flat ring from the
+        # hierarchical split (a NIC efficiency in the ratio fits either), yet the two part at other node counts
+        # (2 x 8 H100 all_reduce: 1.9x apart at 64 nodes). There the shape the profile held is kept, unless
+        # the other removes LL_MIN_GAIN of the loss (the held one's efficiency pinned on a bound).
+        held = inherited_ring(entry, base_over, prefix)
+        other = 1.0 - held
+        if shape_identified(tables) or cands[other][1] < cands[held][1] * (1.0 - LL_MIN_GAIN) - 1e-9:
+            by_ll[ll] = min(cands.values(), key=lambda c: c[1])
+        else:
+            by_ll[ll] = cands[held]
     plain = by_ll[False]
     best = plain
     if True in by_ll:
@@ -202,6 +214,25 @@ def _fit_group(tables, prefix: str, base_over: dict[str, float], fixed: dict[str
         if inside and cost < plain[1] * (1.0 - LL_MIN_GAIN) - 1e-9:
             best = by_ll[True]
     return best[0], plain[0]
+
+
+def shape_identified(tables) -> bool:
+    """Whether multi-node tables tell NCCL's flat ring from the hierarchical split: the ring moves
+    f_op(n) S across the NICs, the split f_op(N) S (perfmodel.costs.comm), so only tables whose ratios
+    f_op(n) / f_op(N) differ (node counts, or GPUs per node, that vary) tell them apart. all_to_all and
+    send_recv take no shape."""
+    ratios = {round(float(op_factor(t.op, t.n) / op_factor(t.op, t.nodes)), 6)
+              for t in tables if t.nodes > 1 and t.op in REDUCE_FAMILY}
+    return len(ratios) >= 2
+
+
+def inherited_ring(entry: dict, base_over: dict[str, float], prefix: str) -> float:
+    """The shape a fit starts from: for an op's own fit the shared fit's (this run's), else the profile's
+    entry for the fabric (the op's own value, then the shared one), else the hierarchical default."""
+    key = "ring_inter_node"
+    if prefix and key in base_over:
+        return float(base_over[key] > 0)
+    return float(entry.get(f"{prefix}{key}", entry.get(key, NETWORK_SHAPE_DEFAULTS[key])) > 0)
 
 
 def _inside(name: str, value: float, margin: float = 0.01) -> bool:
@@ -275,13 +306,16 @@ def fit_collectives(
     intra_node_latency_us) the profile being refined already holds: kept, not fitted, when none of the
     shared collectives' tables the fit uses spans a single node (multi-node tables barely determine it);
     it never enters a collective's own (``op.``) fit. Returns ``{"constants", "gpus", "networks", "systems",
-    "residuals"}``: the first three are Calibration overrides; ``residuals`` has one row per table
-    (median and max |error| over its sizes >= ``min_bytes``)."""
+    "residuals", "held", "shapes_held"}``: the first three are Calibration overrides; ``residuals`` has one row
+    per table (median and max |error| over its sizes >= ``min_bytes``); ``held`` the held_intra values kept;
+    ``shapes_held`` per network, the ``[op.]ring_inter_node`` kept from the profile where the tables could not
+    tell the shapes apart (``shape_identified``)."""
     base = base if base is not None else Calibration()
     fixed = fixed or {}
     tables = _tables(measurements, min_bytes)
     systems: dict[str, dict[str, float]] = {}
     held: dict[str, dict[str, float]] = {}  # the held_intra values each fabric's fit kept
+    shapes_held: dict[str, dict[str, float]] = {}  # the shapes kept where the tables could not choose one
     plain: dict[str, dict[str, float]] = {}  # without a low-latency protocol: the GPU-wide defaults' source
     for net in sorted({network_key(t.m.network) for t in tables}):
         ts = [t for t in tables if network_key(t.m.network) == net]
@@ -298,16 +332,26 @@ def fit_collectives(
             over, plain[net] = _fit_group(multi, "", over, {**fix, **hold}, not single, base)
             if hold:
                 held[net] = hold
+        groups = [("", multi)]
         for op in OP_SPECIFIC:
             sub = [t for t in ts if t.op == op]
             if sub:
                 # an op of its own on top of the all_reduce fit; without all_reduce tables, its own
                 # tables fit both tiers (still under the op's prefix: the shared values stay as they were)
+                base_over = over
                 over = _fit_group(sub, f"{op}.", over, fix, not main, base)[0]
+                groups.append((f"{op}.", sub, base_over))
+        entry = base.networks.get(net, {})
+        for prefix, group, *base_over in groups:
+            key = f"{prefix}ring_inter_node"
+            informative = [t for t in group if t.nodes > 1 and t.op in REDUCE_FAMILY]
+            if informative and not shape_identified(informative) and over.get(key) == inherited_ring(
+                    entry, base_over[0] if base_over else {}, prefix):
+                shapes_held.setdefault(net, {})[key] = over[key]
         systems[net] = over
     residuals = residual_table(tables, systems, base)
     overrides = _overrides(tables, systems, plain)
-    return {**overrides, "systems": systems, "residuals": residuals, "held": held}
+    return {**overrides, "systems": systems, "residuals": residuals, "held": held, "shapes_held": shapes_held}
 
 
 class TablesFit(NamedTuple):
@@ -321,6 +365,8 @@ class TablesFit(NamedTuple):
     """Per path: the rows the fit used (sizes >= 1 MiB of the collectives it fits, all its tables)."""
     held: dict[str, float]
     """The NVLink tier values kept from the profile instead of fitted (``held_intra``), if any."""
+    shapes_held: dict[str, float]
+    """The collective shapes (``[op.]ring_inter_node``) kept from the profile, the tables not telling them apart."""
 
 
 def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit_per_s_per_node: float,
@@ -357,7 +403,8 @@ def fit_from_tables(tables, *, gpu_name: str, gpus_per_node: int, scale_out_gbit
     over = {k: fit[k] for k in ("constants", "gpus", "networks")}
     return TablesFit(over, {r.path: round(100.0 * r.median_abs_error, 2) for r in per_file.itertuples()},
                      {r.path: int(r.points) for r in per_file.itertuples()},
-                     fit["held"].get(network_key(network or ""), {}))
+                     fit["held"].get(network_key(network or ""), {}),
+                     fit["shapes_held"].get(network_key(network or ""), {}))
 
 
 def residual_table(tables, systems, base: Calibration) -> pd.DataFrame:
