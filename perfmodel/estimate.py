@@ -184,6 +184,7 @@ def framework_arrays(profile: FrameworkProfile, flash: bool, precision: str = "b
         "step_overhead_s": profile.step_overhead_s,
         "grad_bytes_per_param": FP16_BYTES if fp16_grads else profile.grad_bytes_per_param,
         "runtime_reserved_bytes": profile.runtime_reserved_gib * GIB_BYTES,
+        "loss_bytes_per_logit": profile.loss_bytes_per_logit,
         "zero3_overlap": profile.zero3_overlap,
         "zero3_step_latency_s": profile.zero3_step_latency_s,
         "zero3_max_live_params": profile.zero3_max_live_params,

@@ -130,6 +130,10 @@ class FrameworkProfile(BaseModel):
         "'bfloat16 requires gradient accumulation and all-reduce to be done in fp32'); DeepSpeed's fp16 "
         "optimizers reduce fp16 gradients (communication_data_type defaults to the model dtype)."
     )
+    loss_bytes_per_logit: float = Field(
+        6.0, ge=0, le=64, allow_inf_nan=False, description="Bytes per vocabulary logit alive at the loss (the "
+        "activations' peak): Megatron's vocab-parallel cross entropy keeps the 16-bit logits and one fp32 copy it "
+        "works on in place (megatron/core/tensor_parallel/cross_entropy.py: .float(), sub_, exp out=): 2 + 4 = 6.")
     runtime_reserved_gib: float = Field(
         3.0, ge=0, le=1e4, allow_inf_nan=False, description="CUDA context, NCCL and cuBLAS buffers, fragmentation.")
     zero3_engine: str | None = Field(
@@ -196,16 +200,20 @@ PROFILES: dict[str, FrameworkProfile] = {
                                  "with ReduceGrads: the gradient reduction is not overlapped, as in Megatron-DeepSpeed) and "
                                  "BF16_Optimizer"),
     "nanotron": FrameworkProfile(
-        dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True,
+        dp_overlap=0.5, zero1_all_reduce_grads=True, pp_balances_head=True, loss_bytes_per_logit=10.0,
         source="nanotron: DP all-reduce bucketed in backward; eager PyTorch kernels; ZeRO-1 "
         "(src/nanotron/optim/zero.py ZeroDistributedOptimizer) updates its shard of the all-reduced "
-        "gradient, then step() all-gathers the parameters (_all_gather_params), after the backward",
+        "gradient, then step() all-gathers the parameters (_all_gather_params), after the backward; its "
+        "sharded_cross_entropy (parallel/tensor_parallel/functional.py) casts the bf16 logits to fp32 and "
+        "subtracts the max out of place: 2 + 4 + 4 bytes per logit at the loss",
     ),
     "torchtitan": FrameworkProfile(
         dp_overlap=0.9, param_gather_overlap=0.9, zero3_overlap=0.9, zero3_keep_params_with_pp=True,
-        selective_alternate_mm=True, sp_batch_copies=True,
+        selective_alternate_mm=True, sp_batch_copies=True, loss_bytes_per_logit=10.0,
         source="torchtitan FSDP2: prefetching all-gathers and overlapped reduce-scatter; with PP the "
-        "parameters stay gathered for the step (torchtitan/distributed/fsdp.py reshard policy 'default')",
+        "parameters stay gathered for the step (torchtitan/distributed/fsdp.py reshard policy 'default'); its "
+        "loss is F.cross_entropy on pred.float(): the bf16 logits, the fp32 copy and the fp32 log-softmax it "
+        "saves for backward, 2 + 4 + 4 bytes per logit",
     ),
     "flash-attn": FrameworkProfile(
         dp_overlap=0.8, elementwise_passes_per_h=8.0, mlp_activation_in_gemm=True,

@@ -1,8 +1,8 @@
 """Predicted peak memory per GPU against the memory some sources report in their notes.
 
-Three sources state a memory figure per run: the HF playbook sweep (``GPU memory=X GB``),
-torchtitan's performance pages (``Peak memory X GiB``) and the BLOOM chronicles (``Mem=XGB``,
-read off nvidia-smi). What each figure counts differs (allocated vs reserved, with or without the
+Four sources state a memory figure per run: the HF playbook sweep (``GPU memory=X GB``),
+torchtitan's performance pages (``Peak memory X GiB``) and its H200 benchmark (``Memory X GiB``), and the
+BLOOM chronicles (``Mem=XGB``, read off nvidia-smi). What each figure counts differs (allocated vs reserved, with or without the
 CUDA context), so this is a check of scale and trend, not a fit: predictions never read them.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfmodel.validate import predict_runs, run_sources
 
-PATTERNS = (r"GPU memory=([\d.]+) GB", r"Peak memory ([\d.]+) GiB", r"Mem=([\d.]+)GB")
+PATTERNS = (r"GPU memory=([\d.]+) GB", r"Peak memory ([\d.]+) GiB", r"\bMemory ([\d.]+) GiB", r"Mem=([\d.]+)GB")
 
 
 def reported_gib(notes: pd.Series) -> np.ndarray:

@@ -69,7 +69,7 @@ STEP_INPUTS = (
     "flash_attention", "kernel_efficiency", "tp_overlap", "dp_overlap", "param_gather_overlap", "zero1_all_reduce_grads",
     "fp8_saves_quantized_inputs",
     "pp_overlap", "layer_overhead_s", "microbatch_overhead_s", "p2p_overhead_s", "step_overhead_s", "grad_bytes_per_param",
-    "runtime_reserved_bytes", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
+    "runtime_reserved_bytes", "loss_bytes_per_logit", "zero3_overlap", "zero3_step_latency_s", "zero3_max_live_params",
     "zero3_keep_params_with_pp", "pp_reduces_after_backward", "stack_parallel_block", "selective_alternate_mm",
     "sp_batch_copies", "pp_balances_head",
     "elementwise_passes_per_h", "mlp_activation_in_gemm", "flash_pads_misaligned_heads",
@@ -561,7 +561,8 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # full recompute re-materialises one layer's activations during its backward (act_working, above)
     offloaded = act_layer * offloaded_layers(L, pp, v, n_micro, f64["offload_fraction"])
     first_stage = act_layer * in_flight_layers(np.maximum(L, mem_layers * pp), pp, v, n_micro) + act_working - offloaded
-    logits_bytes = 6.0 * tokens * V / tp  # bf16 logits + fp32 softmax of the vocab-parallel loss
+    # the vocab-parallel loss: the 16-bit logits and the stack's fp32 working copies (FrameworkProfile)
+    logits_bytes = f64["loss_bytes_per_logit"] * tokens * V / tp
     # the last stage's interleaved warm-up is offloaded alike (the share alpha beyond one micro-batch's layers)
     last_layers = last_stage_in_flight_layers(mem_layers, pp, v, n_micro)
     last_resident = np.minimum(mem_layers, mem_layers * n_micro)

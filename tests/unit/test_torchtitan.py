@@ -70,13 +70,24 @@ def test_torchtitan_selective_recomputes_matmuls_and_keeps_less_than_megatron_se
 
 def test_torchtitan_reported_memory_of_llama3_8b_selective_on_h200():
     """torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md: 32 H200s, FSDP, local batch
-    2, seq 8192, selective (op) AC, float8: 47.96 GiB reported. Within 15%."""
+    2, seq 8192, selective (op) AC, float8, torch.compile: 47.96 GiB reported. By mid-2025 torchtitan
+    compiles the loss too (components/loss.py: torch.compile(loss_fn) under training.compile), which fuses
+    the fp32 cast into the log-softmax: the bf16 logits and their bf16 gradient remain, 4 bytes a logit.
+    With that, within 10%; with the shipped eager loss (10 bytes, the Dec 2024 code, whose train.py left the
+    loss uncompiled: 'compiling loss function causes CUDA errors'), 16-26% above."""
+    from perfmodel.calibration_profile import Calibration, load_calibration
+
     model = pm.load_model("llama3-8b")
     cluster = pm.ClusterSpec.build(pm.load_gpu("h200-sxm-141gb"), 32)
     job = pm.JobSpec(global_batch=64, seq_len=8192, precision="fp8", framework="torchtitan")
     par = pm.ParallelSpec(dp=32, micro_batch=2, zero_stage=3, recompute="selective")
-    est = pm.estimate(model, cluster, par, job)
-    assert est.memory_gib == pytest.approx(47.96, rel=0.15)
+    shipped = load_calibration(None)
+    frameworks = {**shipped.frameworks, "torchtitan": {**shipped.frameworks.get("torchtitan", {}),
+                                                      "loss_bytes_per_logit": 4.0}}
+    compiled = Calibration(**{**shipped.model_dump(), "frameworks": frameworks})
+    assert pm.estimate(model, cluster, par, job, calibration=compiled).memory_gib == pytest.approx(47.96, rel=0.10)
+    eager = pm.estimate(model, cluster, par, job).memory_gib
+    assert 1.16 * 47.96 <= eager <= 1.26 * 47.96
 
 
 def _z3(framework, pp, n_micro):
