@@ -179,6 +179,12 @@ def estimate(
                 if gpus % tp:
                     raise InputError("deepspeed_config.tensor_parallel.autotp_size", f"must divide the GPU count "
                                      f"(autotp_size={tp}, gpus={gpus})")
+            elif framework.strip().lower() == "deepspeed" and given_on_command_line(ctx, "tp") and tp > 1:
+                # DeepSpeed alone shards the layers only through AutoTP (autotp_size defaults to 0: off)
+                raise InputError("tp", f"--tp {tp} contradicts the config, which has no tensor_parallel.autotp_size: "
+                                 "DeepSpeed alone runs no tensor parallelism without it; add \"tensor_parallel\": "
+                                 f"{{\"autotp_size\": {tp}}} or give the stack whose model code splits the layers "
+                                 "(--framework megatron-deepspeed)")
             if ds.sequence_parallel_size is not None:  # DeepSpeed-Ulysses over that many ranks
                 if given_on_command_line(ctx, "cp") and cp != ds.sequence_parallel_size:
                     raise InputError("cp", f"--cp {cp} contradicts deepspeed_config.sequence_parallel_size "

@@ -49,23 +49,53 @@ IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print",
                "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
                "comms_logger", "dump_state", "communication_data_type", "seed", "memory_breakdown",
                "aio", "data_types", "curriculum_learning", "seq_parallel_communication_data_type",
-               "data_efficiency", "compression_training", "autotuning", "elasticity", "checkpoint"}
+               "data_efficiency", "compression_training", "autotuning", "elasticity", "checkpoint",
+               # read by DeepSpeed's runtime/config.py, none of them changes the modelled step
+               "zero_force_ds_cpu_optimizer", "sparse_gradients", "dataloader_drop_last", "disable_allgather",
+               "graph_harvesting", "use_data_before_expert_parallelism", "pipeline", "comet", "hybrid_engine",
+               "compile", "timers", "nebula", "eigenvalue", "weight_quantization",
+               # refused where they are on (ENABLED_NOT_MODELLED)
+               "progressive_layer_drop", "sparse_attention", "quantize_training", "torch_autocast"}
+#: blocks that change what a step computes, its batch or its precision: refused where on ({"enabled": true};
+#: sparse_attention has no switch: given is on)
+ENABLED_NOT_MODELLED = {
+    "elasticity": "elastic training picks its own train_batch_size and micro-batch from the GPU count "
+                  "(elasticity/elasticity.py compute_elastic_config), replacing the config's batch keys",
+    "progressive_layer_drop": "progressive layer dropping skips layers as training goes",
+    "sparse_attention": "block-sparse attention changes the attention's work and memory",
+    "quantize_training": "quantize-aware training adds quantization kernels to every step",
+    "torch_autocast": "torch.autocast mixed precision is not the bf16/fp16 engine the model costs",
+}
 USED_ZERO = {"stage", "zero_quantized_weights", "zero_hpz_partition_size", "zero_quantized_gradients"}
 IGNORED_ZERO = {"reduce_bucket_size", "reduce_scatter", "contiguous_gradients", "overlap_comm",
                 "allgather_bucket_size", "allgather_partitions", "round_robin_gradients",
                 "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
                 "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
                 "stage3_gather_fp16_weights_on_model_save", "sub_group_size", "load_from_fp32_weights",
-                "ignore_unused_parameters", "memory_efficient_linear", "elastic_checkpoint"}
+                "ignore_unused_parameters", "memory_efficient_linear", "elastic_checkpoint",
+                "use_multi_rank_bucket_allreduce", "stage3_module_granularity_threshold",
+                "stage3_model_persistence_threshold", "stage3_use_all_reduce_for_fetch_params",
+                "zero_quantized_nontrainable_weights", "legacy_stage1", "pipeline_loading_checkpoint",
+                "override_module_apply", "log_trace_cache_warnings",
+                # names DeepSpeed's ZeRO config also accepts without the stage3_ prefix (populate_by_name)
+                "prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+                "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+                "module_granularity_threshold", "use_all_reduce_for_fetch_params",
+                # refused where set (a variant of ZeRO the model does not cost): LoCo-ZeRO++, MiCS
+                "zeropp_loco_param", "mics_shard_size", "mics_hierarchical_params_gather"}
 PRECISION_KEYS = {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
                   "consecutive_hysteresis", "min_loss_scale", "auto_cast", "immediate_grad_update",
-                  "fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states"}
+                  "fp16_master_weights_and_grads", "bf16_master_weights_and_grads", "bf16_optimizer_states",
+                  "check_grad_overflow"}
 #: keys that would change the step or its memory but are not modelled: skipped, and named in a note
 #: (activation_checkpointing is said by the recompute note instead: it tunes the model code's checkpointing)
-NOT_MODELLED = {"data_types", "curriculum_learning", "data_efficiency",
+NOT_MODELLED = {"data_types", "curriculum_learning", "data_efficiency", "compile",
                 "seq_parallel_communication_data_type", "compression_training", "stage3_prefetch_bucket_size",
                 "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
                 "reduce_bucket_size", "allgather_bucket_size", "sub_group_size",
+                "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters", "max_reuse_distance",
+                "stage3_module_granularity_threshold", "stage3_model_persistence_threshold",
+                "model_persistence_threshold", "module_granularity_threshold",
                 "memory_efficient_linear", "fp16_master_weights_and_grads", "bf16_master_weights_and_grads",
                 "bf16_optimizer_states"}
 #: DeepSpeed's optimizer names (runtime/config.py, compared lower-cased) whose state is Adam's -- two fp32
@@ -115,6 +145,17 @@ class DeepSpeedSettings:
         micro-batch where one is given; an "auto" accumulation is left to DeepSpeed's completion."""
         from dataclasses import replace
 
+        if "train_micro_batch_size_per_gpu" in self.batch_auto and micro_batch is None:
+            raise InputError(f"{PREFIX}.train_micro_batch_size_per_gpu", "\"auto\" is filled by the Hugging Face "
+                             "Trainer from its per_device_train_batch_size: give --micro-batch")
+        # the Trainer fills only the keys the file has: an "auto" accumulation without train_batch_size or the
+        # micro-batch beside it leaves DeepSpeed neither, which it refuses (as the accumulation alone, _batch)
+        alone = self.train_batch_size is None and self.micro_batch is None and not (
+            {"train_batch_size", "train_micro_batch_size_per_gpu"} & self.batch_auto)
+        if "gradient_accumulation_steps" in self.batch_auto and alone:
+            raise InputError(f"{PREFIX}.gradient_accumulation_steps",
+                             "needs train_batch_size or train_micro_batch_size_per_gpu beside it (DeepSpeed: "
+                             "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided')")
         # an "auto" accumulation is the global batch over micro-batch x dp: the batch is the global batch
         tb_from_command_line = "train_batch_size" in self.batch_auto or (
             "gradient_accumulation_steps" in self.batch_auto and self.train_batch_size is None)
@@ -246,12 +287,33 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     _unknown(zero, USED_ZERO | IGNORED_ZERO | OFFLOAD_ZERO, f"{PREFIX}.zero_optimization")
     for key in sorted(OFFLOAD_ZERO & set(zero)):
         v = zero[key]
+        device = v.get("device", "none") if isinstance(v, dict) else None
+        if device is not None and str(device).lower() not in ("none", "", "cpu", "nvme"):
+            raise InputError(f"{PREFIX}.zero_optimization.{key}.device", f"must be none, cpu or nvme, DeepSpeed's "
+                             f"values (got {device!r})")
         off = v in (False, None) or (isinstance(v, dict) and str(v.get("device", "none")).lower() in ("none", ""))
         if key == "cpu_offload_use_pin_memory" or off:
             continue
         raise InputError(f"{PREFIX}.zero_optimization.{key}", "offloading the optimizer or the parameters to CPU "
                          "or NVMe is not modelled (only activation offloading is); leave it out or set its device "
                          "to \"none\"")
+    for key, why in ENABLED_NOT_MODELLED.items():
+        block = data.get(key)
+        on = block not in (None, False) and not (isinstance(block, dict) and block.get("enabled", key == "sparse_attention")
+                                               in (False, None))
+        if on:
+            raise InputError(f"{PREFIX}.{key}", f"is not modelled: {why}; leave it out or disable it")
+    loco = zero.get("zeropp_loco_param")
+    if loco not in (None, False, {}):
+        raise InputError(f"{PREFIX}.zero_optimization.zeropp_loco_param", "LoCo-ZeRO++ (error-compensated qgZ) is not "
+                         "modelled; leave it out to cost qgZ")
+    mics = zero.get("mics_shard_size", -1)
+    if isinstance(mics, bool) or not isinstance(mics, int):
+        raise InputError(f"{PREFIX}.zero_optimization.mics_shard_size", f"must be a whole number (got {mics!r})")
+    if mics > 0 or zero.get("mics_hierarchical_params_gather", False) not in (False, None):
+        raise InputError(f"{PREFIX}.zero_optimization.mics_shard_size" if mics > 0 else
+                         f"{PREFIX}.zero_optimization.mics_hierarchical_params_gather",
+                         "MiCS (ZeRO-3 sharded within groups of that size) is not modelled; leave it out")
     _check_optimizer(data.get("optimizer"))
     amp = data.get("amp")
     if amp is not None and (not isinstance(amp, dict) or amp.get("enabled", False) is not False):
@@ -266,7 +328,12 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     stage = zero.get("stage", 0)
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
         raise InputError(f"{PREFIX}.zero_optimization.stage", f"must be 0, 1, 2 or 3 (got {stage!r})")
-    hpz = _pos_int(zero, "zero_hpz_partition_size", f"{PREFIX}.zero_optimization") or 1
+    # DeepSpeed: Field(1, ge=0); hpZ is on above 1 (0 and 1 are off)
+    hpz = zero.get("zero_hpz_partition_size", 1)
+    if isinstance(hpz, bool) or not isinstance(hpz, int) or hpz < 0:
+        raise InputError(f"{PREFIX}.zero_optimization.zero_hpz_partition_size",
+                         f"must be a whole number >= 0 (got {hpz!r})")
+    hpz = max(hpz, 1)
     parts = set()
     if _flag(zero, "zero_quantized_weights"):
         parts.add("qwz")
@@ -423,6 +490,8 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     try:
         data = load_json(text, PREFIX, str(p))
     except InputError as exc:
+        if not text.strip():
+            raise InputError(PREFIX, "the file is empty: a DeepSpeed config is a JSON object", str(p)) from None
         if exc.rule.startswith("not valid JSON"):  # DeepSpeed itself reads hjson (runtime/config.py hjson.load)
             raise InputError(PREFIX, f"{exc.rule}; DeepSpeed also reads hjson (comments, trailing commas), "
                              "which perfmodel does not: remove them", exc.where) from None

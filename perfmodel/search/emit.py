@@ -94,6 +94,8 @@ def megatron_flags(model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     profile = framework_profile(job.framework)
     L = model.n_layers
     f = _model_flags(model)
+    if model.mlp == "relu2":  # Nemotron's squared ReLU (_add_network_size_args; Megatron's default is GeLU)
+        f += ["--squared-relu"]
     if model.n_kv_heads != model.n_heads:
         f += ["--group-query-attention", "--num-query-groups", str(model.n_kv_heads)]
     if not model.learned_pos_emb:  # no position table was costed: rotary embeddings, or ALiBi (see the notes)
@@ -204,6 +206,10 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
     if job.flash_attention:  # costed with flash attention (--flash-attention): its FlashAttention-2 switch
         f += ["--use-flash-attn-v2"]
     f += _batch_recompute_flags(job, c)
+    if c["recompute"] == "full":
+        # full recompute through deepspeed.checkpointing, which the JSON's activation_checkpointing block tunes
+        # (Megatron-DeepSpeed _add_activation_checkpoint_args: "uses activation checkpointing from deepspeed")
+        f += ["--deepspeed-activation-checkpointing"]
     f += ["--fp16"] if job.precision == "fp16" else ["--bf16"]
     f += ["--deepspeed", "--deepspeed_config", "ds_config.json", "--zero-stage", str(c["zero"])]
     return f
@@ -328,7 +334,9 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
     torchtitan's TP always shards the norm/dropout region (sequence parallel)."""
     c = _cfg(row)
     dp = c["dp"]
-    replicate, shard = (dp, 1) if c["zero"] == 0 else (1, dp)
+    # replicated data parallelism (DDP) runs only alone: torchtitan's parallelize refuses DDP beside tp, pp or
+    # cp ("DDP has not supported > 1D parallelism"); ZeRO-0 there is emitted as FSDP without resharding (notes)
+    replicate, shard = (dp, 1) if c["zero"] == 0 and not torchtitan_ddp_beside_others(c) else (1, dp)
     reshard = "default" if c["zero"] >= 3 else "never"
     local = job.global_batch // dp if c["pp"] > 1 else c["mb"]
     lines = [
@@ -375,6 +383,12 @@ def torchtitan_toml(model: ModelSpec, job: JobSpec, row: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
+def torchtitan_ddp_beside_others(c: Mapping) -> bool:
+    """Replicated data parallelism over more than one rank beside tp, pp or cp: torchtitan does not run it
+    (models/llama3/infra/parallelize.py: 'DDP has not supported > 1D parallelism')."""
+    return c["dp"] > 1 and max(c["tp"], c["pp"], c["cp"]) > 1
+
+
 def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
     """What the text for ``target`` does not carry of the costed configuration ``row``, one line each
     (printed after it): parts the target's format cannot express or that the launcher must add."""
@@ -386,8 +400,13 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                      f"stack would: search with --framework {TARGET_FRAMEWORK[target]} to cost it there")
     if target == "megatron":
         if model.mlp == "swiglu":
+            # Megatron-DeepSpeed spells the choices in lower case (its examples_deepspeed Llama scripts)
+            rms = "rmsnorm" if megatron_deepspeed(job) else "RMSNorm"
             notes.append("the normalization is not part of the costed shape: add your model's (Llama-style "
-                         "SwiGLU models: --normalization RMSNorm; Megatron's default is LayerNorm)")
+                         f"SwiGLU models: --normalization {rms}; Megatron's default is LayerNorm)")
+        if model.mlp == "relu2" and megatron_deepspeed(job):
+            notes.append(f"{model.name}'s squared-ReLU MLP was costed (two matrices, as GeLU's): no Megatron-DeepSpeed "
+                         "flag is emitted for it (Megatron-LM's is --squared-relu); set the activation in its model code")
         if model.alibi:
             said = ("which Megatron-LM's --position-embedding-type does not offer: 'none' trains it without positions"
                     if not megatron_deepspeed(job) else "so no position flag is emitted")
@@ -474,6 +493,11 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
         notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as deepspeed's own "
                      "engine would: search with --framework deepspeed to cost it there")
     if target == "torchtitan":
+        if c["zero"] == 0 and torchtitan_ddp_beside_others(c):
+            notes.append("ZeRO-0 (replicated) data parallelism was costed, which torchtitan runs only alone (DDP "
+                         "beside tp, pp or cp: 'DDP has not supported > 1D parallelism'): emitted as FSDP with "
+                         "fsdp_reshard_after_forward = \"never\", which adds a gradient reduce-scatter and a "
+                         "parameter all-gather per step")
         if c["zero"] in (1, 2):
             notes.append(f"torchtitan has no ZeRO-{c['zero']} (optimizer-only sharding): emitted as FSDP with "
                          "fsdp_reshard_after_forward = \"never\", which shards the parameters too")

@@ -93,7 +93,7 @@ def test_the_trainers_auto_batch_keys_come_from_the_command_line(tmp_path):
     assert json.loads(estimate(tmp_path, ga_auto, "--json", batch=64).stdout)["config"]["micro_batch"] == 2
     # "auto" where the Trainer fills nothing is not a value
     hpz = {**BASE, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": "auto"}}
-    assert "zero_hpz_partition_size: must be a positive integer (got 'auto')" in error(estimate(tmp_path, hpz))
+    assert "zero_hpz_partition_size: must be a whole number >= 0 (got 'auto')" in error(estimate(tmp_path, hpz))
 
 
 @pytest.mark.parametrize("zero, fragment", [

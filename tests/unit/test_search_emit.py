@@ -30,7 +30,7 @@ MEGATRON_ARGS = {
     # _add_network_size_args
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--group-query-attention",
     "--num-query-groups", "--max-position-embeddings", "--swiglu", "--untie-embeddings-and-output-weights",
-    "--disable-bias-linear", "--add-qkv-bias", "--position-embedding-type",
+    "--disable-bias-linear", "--add-qkv-bias", "--position-embedding-type", "--squared-relu",
     # _add_regularization_args
     "--attention-dropout", "--hidden-dropout",
     # _add_training_args

@@ -175,7 +175,7 @@ def test_deepspeed_config_reads_zeropp_keys():
     ({"bogus": 1}, "deepspeed_config.bogus"),
     ({"bf16": {"enabled": True}, "fp16": {"enabled": True}}, "bf16.enabled"),
     ({"zero_optimization": {"stage": 2, "zero_quantized_gradients": True}}, "zero_optimization.stage"),
-    ({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}}, "zero_hpz_partition_size"),
+    ({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": -1}}, "zero_hpz_partition_size"),  # 0 is off (DeepSpeed: ge=0)
     # AutoTP composes with ZeRO 0-2 (deepspeed.ai/tutorials/autotp-training); its section takes autotp_size
     ({"zero_optimization": {"stage": 3}, "tensor_parallel": {"autotp_size": 4}}, "zero_optimization.stage"),
     ({"tensor_parallel": {"autotp": 4}}, "tensor_parallel.autotp"),
