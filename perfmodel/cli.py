@@ -212,9 +212,12 @@ def estimate(
                     key = "train_batch_size" if ds.train_batch_size is not None else (
                         "gradient_accumulation_steps" if ds.gradient_accumulation_steps is not None
                         else "train_micro_batch_size_per_gpu")
+                    world = (f"; DeepSpeed's train_batch_size counts the tensor-parallel ranks too (no mpu), "
+                             f"which see the same sequences: {implied * ds.autotp_size} / autotp_size {ds.autotp_size}"
+                             if ds.autotp_size and ds.train_batch_size is not None else "")
                     raise InputError(
                         f"deepspeed_config.{key}",
-                        f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch})",
+                        f"micro-batch * accumulation * dp ({implied}) must equal --global-batch ({global_batch}){world}",
                     )
             check_hpz_partition(hpz_size, gpus, dp_ds * cp, tp)
             if not given_on_command_line(ctx, "sp") and (framework.lower() == "deepspeed" or cp_kind == "ulysses"):

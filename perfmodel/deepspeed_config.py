@@ -166,20 +166,24 @@ class DeepSpeedSettings:
         )
 
     def batch(self, dp: int) -> tuple[int, int, int] | None:
-        """As ``_batch(dp)``; with AutoTP and all three keys given, train_batch_size may also count the
-        tensor-parallel ranks (DeepSpeed checks it over the whole world when no mpu is passed): then the
-        global batch is it over autotp_size."""
+        """As ``_batch(dp)``. With AutoTP DeepSpeed completes and checks the batch keys over the whole world
+        (no mpu is passed: runtime/config.py world_size = dist.get_world_size()), tensor-parallel ranks
+        included, which see the same sequences: the keys are completed over dp x autotp_size ranks and the
+        global batch is train_batch_size over autotp_size (64 with micro-batch 2 on 16 GPUs at autotp 2: 2
+        accumulation steps, 32 sequences). All three keys given per data-parallel rank are read as such too."""
         tb, mb, ga, tp = self.train_batch_size, self.micro_batch, self.gradient_accumulation_steps, self.autotp_size
-        if tp and None not in (tb, mb, ga) and tb != mb * ga * dp and tb == mb * ga * dp * tp:
-            return tb // tp, mb, ga
-        return self._batch(dp)
+        if not tp or (None not in (tb, mb, ga) and tb == mb * ga * dp):
+            return self._batch(dp)
+        world = self._batch(dp * tp, "ranks (dp x autotp_size)")
+        return None if world is None else (world[0] // tp, world[1], world[2])
 
-    def _batch(self, dp: int) -> tuple[int, int, int] | None:
+    def _batch(self, dp: int, label: str = "dp") -> tuple[int, int, int] | None:
         """(train_batch_size, micro-batch, accumulation steps) as DeepSpeed completes them from the keys
         given over ``dp`` data-parallel ranks (runtime/config.py ``_set_batch_related_parameters``: a missing
         one from the other two, integer division; accumulation 1 when only one is given), checked as its
         ``_batch_assertion`` does. None when the file gives no batch key."""
         tb, mb, ga = self.train_batch_size, self.micro_batch, self.gradient_accumulation_steps
+        ranks = f"{label} {dp}"  # (in the messages)
         if tb is None and mb is None and ga is None:
             return None
         if tb is None and mb is None:
@@ -190,25 +194,25 @@ class DeepSpeedSettings:
         if tb is not None and mb is not None and ga is None:
             if tb % (mb * dp):
                 raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of "
-                                 f"train_micro_batch_size_per_gpu {mb} x dp {dp}")
+                                 f"train_micro_batch_size_per_gpu {mb} x {ranks}")
             ga = tb // mb // dp
         elif tb is not None and ga is not None and mb is None:
             if tb % (ga * dp):
                 raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of "
-                                 f"gradient_accumulation_steps {ga} x dp {dp}")
+                                 f"gradient_accumulation_steps {ga} x {ranks}")
             mb = tb // dp // ga
         elif tb is None:
             ga = ga or 1
             tb = mb * ga * dp
         elif mb is None:  # train_batch_size alone
             if tb % dp:
-                raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of dp {dp}")
+                raise InputError(f"{PREFIX}.train_batch_size", f"{tb} is not a multiple of {ranks}")
             ga, mb = 1, tb // dp
         if mb <= 0 or ga <= 0 or tb != mb * ga * dp:
             key = "train_batch_size" if self.train_batch_size is not None else "gradient_accumulation_steps"
             raise InputError(
                 f"{PREFIX}.{key}",
-                f"must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * dp "
+                f"must equal train_micro_batch_size_per_gpu * gradient_accumulation_steps * {label} "
                 f"({tb} != {mb}*{ga}*{dp})",
             )
         return tb, mb, ga

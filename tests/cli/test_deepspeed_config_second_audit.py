@@ -77,3 +77,21 @@ def test_errors_say_the_cause(tmp_path):
     assert "the file is empty" in error(estimate(tmp_path, "  \n"))
     bad = {**BASE, "zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}}
     assert "must be none, cpu or nvme" in error(estimate(tmp_path, bad, "--micro-batch", "2"))
+
+
+def test_autotp_batch_keys_are_completed_over_every_rank(tmp_path):
+    """DeepSpeed without an mpu completes the batch keys over the whole world, tensor-parallel ranks included,
+    which see the same sequences: train_batch_size 64 with micro-batch 2 on 16 GPUs at autotp 2 is 2
+    accumulation steps of 8 data-parallel ranks, 32 sequences (was read as 4 steps, 64)."""
+    import json
+
+    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2}}
+    assert "counts the tensor-parallel ranks too" in error(estimate(tmp_path, cfg, batch=64))
+    config = json.loads(estimate(tmp_path, cfg, "--json", batch=32).stdout)["config"]
+    assert (config["tp"], config["dp"], config["micro_batch"]) == (2, 8, 2)
+    alone = {k: v for k, v in cfg.items() if k != "train_micro_batch_size_per_gpu"}
+    assert json.loads(estimate(tmp_path, alone, "--json", batch=32).stdout)["config"]["micro_batch"] == 4
+    # all three keys per data-parallel rank are read as such too
+    per_dp = {**cfg, "train_batch_size": 32, "gradient_accumulation_steps": 2}
+    assert json.loads(estimate(tmp_path, per_dp, "--json", batch=32).stdout)["config"]["micro_batch"] == 2
