@@ -20,7 +20,9 @@ def revalidated(spec, field: str, kind: type[BaseModel]):
     if not isinstance(spec, kind):
         raise InputError(field, f"must be a {kind.__name__} (got {type(spec).__name__})")
     try:
-        return kind.model_validate(spec.model_dump(exclude_unset=True))
+        # warnings=False: a model_copy(update={"tp": 8.0}) holds a value of the wrong type, which the dump would
+        # warn about; the validators below refuse it or take it (8.0 is 8), as they would from the constructor
+        return kind.model_validate(spec.model_dump(exclude_unset=True, warnings=False))
     except ValidationError as exc:
         raise from_validation_error(exc, field) from None
 

@@ -26,6 +26,7 @@ once each.
 """
 from __future__ import annotations
 
+import collections.abc
 import itertools
 import time
 from pathlib import Path
@@ -42,7 +43,7 @@ from perfmodel.limits import MAX_COUNT, MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
 from perfmodel.notes import capability_notes_many, job_notes
 from perfmodel.rules import HPZ_NODES, HPZ_TP, ZEROPP_STACK, default_zero_stage
 from perfmodel.search.engine import run_search
-from perfmodel.specs import ClusterSpec, JobSpec, ModelSpec, ParallelSpec
+from perfmodel.specs import AcceleratorSpec, ClusterSpec, JobSpec, ModelSpec, ParallelSpec
 from perfmodel.specs.parallel import ZEROPP_ORDER, zeropp_text
 from perfmodel.step import stack_inputs, step_costs
 from perfmodel.units import GIB_BYTES
@@ -106,6 +107,9 @@ def _is_number(value) -> bool:
 
 
 def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
+    if not isinstance(sweep, collections.abc.Mapping):
+        raise InputError("sweep", "must be a mapping of variable names to lists of values, e.g. "
+                         f"{{'gpus': [256, 512]}} (got {type(sweep).__name__})")
     if not 1 <= len(sweep) <= 2:
         raise InputError("sweep", f"must name one or two variables (got {len(sweep)})")
     out = {}
@@ -120,6 +124,9 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
             raise InputError(f"sweep.{name}", f"must be a list of values (got {values!r:.60})") from None
         if not values:
             raise InputError(f"sweep.{name}", "needs at least one value")
+        if name == "gpu" and not all(isinstance(v, (str, Path, AcceleratorSpec)) for v in values):
+            raise InputError(f"sweep.{name}", f"values must be catalog names, profile paths or AcceleratorSpecs "
+                             f"(got {values!r:.80})")
         if name in NUMERIC and not all(_is_number(v) for v in values):
             raise InputError(f"sweep.{name}", f"values must be numbers (got {values!r:.80})")
         if name in NUMERIC and not all(0 < float(v) < float("inf") for v in values):

@@ -9,6 +9,7 @@ are kept for all of them, and the full time/memory breakdown is recomputed for t
 """
 from __future__ import annotations
 
+import numbers
 import sys
 import time
 from dataclasses import dataclass, field
@@ -280,6 +281,10 @@ MAX_USD_PER_GPU_HOUR = 1e6
 def _check_objective(objective: str, train_tokens, usd_per_gpu_hour) -> None:
     if objective not in OBJECTIVES:
         raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
+    for name, value in (("train_tokens", train_tokens), ("usd_per_gpu_hour", usd_per_gpu_hour)):
+        # a number: '1e12' is text (the CLI reads it, the API takes a float), True is not 1 token
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise InputError(name, f"must be a number (got {value!r:.40})")
     if train_tokens is not None and not 0 < train_tokens <= MAX_TRAIN_TOKENS:
         raise InputError("train_tokens", f"must be a positive number of at most {MAX_TRAIN_TOKENS:g} (got {train_tokens})")
     if usd_per_gpu_hour is not None and not 0 < usd_per_gpu_hour <= MAX_USD_PER_GPU_HOUR:
@@ -347,6 +352,9 @@ def run_search(
     ``zeropp``: also search ZeRO++ (qwZ/hpZ/qgZ on/off) for every ZeRO-3 configuration; None (the
     default) does so where the framework implements ZeRO++ (DeepSpeed)."""
     _check_objective(objective, train_tokens, usd_per_gpu_hour)
+    if zeropp is not None and not isinstance(zeropp, bool):  # 'no' or 0 is a typo, not a switch ('no' is truthy)
+        raise InputError("zeropp", f"must be True, False or None (None: where the stack has ZeRO++; "
+                         f"got {zeropp!r:.40})")
     job = job.for_gpu(cluster.gpu)  # a precision left out: the GPU's default
     check_precision(cluster.gpu, job.precision)
     if zeropp is None:

@@ -188,6 +188,8 @@ def check_network_name(network: str | None) -> None:
     """A fabric name given must name one (blank is not 'no fabric': leave the option out for that)."""
     from perfmodel.errors import InputError
 
+    if network is not None and not isinstance(network, str):  # the Python API's argument
+        raise InputError("network", f"must be a fabric's name, a string (got {type(network).__name__})")
     if network is not None and not network.strip():
         raise InputError("network", "must name a fabric (e.g. 'IB NDR', 'EFA'), not be empty; leave it out for none")
 
@@ -245,9 +247,9 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu: AcceleratorSpec
-    n_gpus: int = Field(gt=0, description="GPUs in the job.")
-    gpus_per_node: int = Field(gt=0, description="GPUs per node (per compute tray for NVL72).")
-    nvlink_domain_gpus: int = Field(gt=0, description="GPUs reachable over NVLink (>= gpus_per_node).")
+    n_gpus: int = Field(gt=0, le=MAX_GPUS, description="GPUs in the job (at most MAX_GPUS, like --gpus).")
+    gpus_per_node: int = Field(gt=0, le=MAX_GPUS, description="GPUs per node (per compute tray for NVL72).")
+    nvlink_domain_gpus: int = Field(gt=0, le=MAX_GPUS, description="GPUs reachable over NVLink (>= gpus_per_node).")
     scale_out_gbit_per_s_per_node: float = Field(
         ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, allow_inf_nan=False, description="Total NIC bandwidth per node."
     )
@@ -267,6 +269,17 @@ class ClusterSpec(BaseModel):
     network: str | None = Field(
         default=None, description="Scale-out fabric (e.g. 'IB NDR', 'EFA'); selects its calibrated congestion."
     )
+
+    @field_validator("n_gpus", "gpus_per_node", "nvlink_domain_gpus", mode="before")
+    @classmethod
+    def _counts_are_counts(cls, value):
+        # lax mode would read True as 1 GPU
+        return not_a_boolean(value, "integer")
+
+    @field_validator("scale_out_gbit_per_s_per_node", "scale_out_latency_us", mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, value):
+        return strict_number(value)
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
@@ -290,8 +303,12 @@ class ClusterSpec(BaseModel):
         network: str | None = None,
     ) -> "ClusterSpec":
         """A cluster with the GPU's defaults for what is not given (None); a given value is checked, not
-        replaced (0 GPUs per node is a mistake, not 'the default')."""
-        from perfmodel.errors import InputError
+        replaced (0 GPUs per node is a mistake, not 'the default'), with the CLI's limits (``perfmodel.limits``):
+        InputError naming the argument. A node size left out is the GPU's, but never more GPUs than the job
+        holds (4 H100s: a node of 4 with its 4 GPUs' NICs), as ``perfmodel.cli.build_cluster`` takes it."""
+        from pydantic import ValidationError
+
+        from perfmodel.errors import InputError, from_validation_error
 
         if isinstance(gpu, str):  # a name: as load_gpu reads it
             from perfmodel.catalog import load_gpu
@@ -305,23 +322,35 @@ class ClusterSpec(BaseModel):
             if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)
                                           and math.isfinite(value) and value > 0):
                 raise InputError(name, f"must be a positive number (got {value!r})")
-        gpn = gpus_per_node or gpu.default_gpus_per_node
-        check_node_boards(gpu, gpn)
+        for name, value in (("n_gpus", n_gpus), ("gpus_per_node", 1 if gpus_per_node is None else gpus_per_node)):
+            whole = isinstance(value, numbers.Real) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
+            if not whole or value % 1:
+                raise InputError(name, f"must be a whole number of GPUs from 1 to {MAX_GPUS:,} (got {value!r})")
+        if scale_out_gbit_per_s_per_node is not None and not (
+                MIN_GBIT_PER_S <= scale_out_gbit_per_s_per_node <= MAX_GBIT_PER_S):
+            raise InputError("scale_out_gbit_per_s_per_node", f"must be from {MIN_GBIT_PER_S:g} to "
+                             f"{MAX_GBIT_PER_S:,.0f} Gbit/s (got {scale_out_gbit_per_s_per_node!r})")
+        check_network_name(network)
+        gpn = gpus_per_node or min(gpu.default_gpus_per_node, n_gpus)
+        check_node_size(gpu, gpn, scale_out_gbit_per_s_per_node)
         domain = nvlink_domain(gpu, gpn)
-        return cls(
-            gpu=gpu,
-            n_gpus=n_gpus,
-            gpus_per_node=gpn,
-            nvlink_domain_gpus=domain,
-            scale_out_gbit_per_s_per_node=(
-                scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s(gpn)
-            ),
-            scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
-            scale_out_latency_stated=bool(scale_out_latency_us),
-            scale_out_stated=bool(scale_out_gbit_per_s_per_node),
-            gpus_per_node_stated=bool(gpus_per_node),
-            network=network,
-        )
+        try:
+            return cls(
+                gpu=gpu,
+                n_gpus=n_gpus,
+                gpus_per_node=gpn,
+                nvlink_domain_gpus=domain,
+                scale_out_gbit_per_s_per_node=(
+                    scale_out_gbit_per_s_per_node or gpu.default_scale_out_gbit_per_s(gpn)
+                ),
+                scale_out_latency_us=scale_out_latency_us or gpu.scale_out_latency_us,
+                scale_out_latency_stated=bool(scale_out_latency_us),
+                scale_out_stated=bool(scale_out_gbit_per_s_per_node),
+                gpus_per_node_stated=bool(gpus_per_node),
+                network=network,
+            )
+        except ValidationError as exc:  # what the checks above leave (a network that is not text)
+            raise from_validation_error(exc) from None
 
     def resized(self, n_gpus: int, gpu: AcceleratorSpec | None = None,
                 scale_out_gbit_per_s_per_node: float | None = None,

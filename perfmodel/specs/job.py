@@ -5,14 +5,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfmodel.limits import MAX_COUNT
+from perfmodel.specs.checks import not_a_boolean
+
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 
 
 class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    global_batch: int = Field(gt=0, description="Sequences per optimizer step B.")
-    seq_len: int = Field(gt=0, description="Tokens per sequence s.")
+    global_batch: int = Field(gt=0, le=MAX_COUNT, description="Sequences per optimizer step B (at most MAX_COUNT, "
+                              "like --global-batch).")
+    seq_len: int = Field(gt=0, le=MAX_COUNT, description="Tokens per sequence s (at most MAX_COUNT, like --seq-len).")
     precision: Precision = Field(default="bf16", description="Dominant GEMM precision.")
     framework: str = Field(
         default="megatron-lm",
@@ -23,6 +27,12 @@ class JobSpec(BaseModel):
         description="Fused flash attention on (True) or off (False) whatever the stack's profile says (a DeepSpeed "
         "build with FlashAttention, say); None: the stack's own. Pre-Ampere GPUs have none either way.",
     )
+
+    @field_validator("global_batch", "seq_len", mode="before")
+    @classmethod
+    def _counts_are_counts(cls, value):
+        """A whole number: lax mode would read True as 1 sequence."""
+        return not_a_boolean(value, "integer")
 
     @field_validator("flash_attention", mode="before")
     @classmethod
@@ -35,7 +45,11 @@ class JobSpec(BaseModel):
     @field_validator("framework")
     @classmethod
     def _framework_name(cls, value: str) -> str:
-        """Surrounding blanks are not part of a stack's name ('megatron-lm ' is megatron-lm)."""
+        """Surrounding blanks are not part of a stack's name ('megatron-lm ' is megatron-lm); an empty one is
+        refused, as ``--framework ''`` is (an unknown name runs with the generic profile, a blank one is a mistake)."""
+        if not value.strip():
+            raise ValueError("must name a training stack (e.g. megatron-lm); an unknown name runs with the generic "
+                             "profile, an empty one is a mistake")
         return value.strip()
 
     @property

@@ -5,6 +5,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from perfmodel.specs.checks import not_a_boolean
+
 Recompute = Literal["none", "selective", "full", "balanced"]
 CpKind = Literal["ring", "ulysses"]
 ZeroPP = Literal["qwz", "hpz", "qgz"]
@@ -55,9 +57,22 @@ class ParallelSpec(BaseModel):
     )
     order: Literal["tp-cp-dp-pp"] = Field(default="tp-cp-dp-pp", description="Rank placement, innermost first.")
 
+    @field_validator("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", mode="before")
+    @classmethod
+    def _sizes_are_numbers(cls, value):
+        """A whole number: lax mode would read tp=True as tensor parallelism of 1."""
+        return not_a_boolean(value, "integer")
+
+    @field_validator("offload_fraction", mode="before")
+    @classmethod
+    def _fraction_is_a_number(cls, value):
+        return not_a_boolean(value)
+
     @field_validator("zeropp", mode="before")
     @classmethod
     def _parse_zeropp(cls, v):
+        if v is not None and not isinstance(v, (str, list, tuple, set, frozenset)):  # True is not 'all three'
+            raise ValueError(f"must be a comma list or a set of qwz, hpz, qgz (got {v!r:.40})")
         if isinstance(v, str):
             parts = [p.strip().lower() for p in v.split(",")]
             if v.strip() and not all(parts):  # ',' or 'qwz,,hpz': a part left out, not "no ZeRO++"
