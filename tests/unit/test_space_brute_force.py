@@ -14,7 +14,9 @@ import pytest
 
 import perfmodel as pm
 from perfmodel import rules
-from perfmodel.search.space import MAX_MICRO_BATCH, OFFLOAD_FRACTIONS, PARALLEL_KEYS, divisors, enumerate_space
+from perfmodel.search.space import (
+    OFFLOAD_FRACTIONS, PARALLEL_KEYS, divisors, enumerate_space, max_micro_batch, vpp_candidates,
+)
 
 ORDER = (
     rules.GPUS, rules.TP_HEADS, rules.TP_KV_HEADS, rules.TP_KV_STACK, rules.TP_DOMAINS, rules.PP_LAYERS,
@@ -34,7 +36,7 @@ def brute_force(model, cluster, job):
     L, B = model.n_layers, job.global_batch
     axes = {
         "tp": d, "pp": d, "cp": d,
-        "vpp": np.unique(np.concatenate([divisors(L), divisors(L + 2)])), "micro_batch": divisors(B, MAX_MICRO_BATCH),
+        "vpp": vpp_candidates(L, d), "micro_batch": divisors(B, max_micro_batch(job.seq_len)),
         "sp": np.array([0, 1]), "zero_stage": np.arange(4), "cp_ulysses": np.array([0, 1]),
         "recompute": np.arange(4), "offload_fraction": OFFLOAD_FRACTIONS,
     }
