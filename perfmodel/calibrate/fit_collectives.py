@@ -332,7 +332,7 @@ def fit_collectives(
             over, plain[net] = _fit_group(multi, "", over, {**fix, **hold}, not single, base)
             if hold:
                 held[net] = hold
-        groups = [("", multi)]
+        groups = [("", multi, {})]  # (prefix, tables, what the group's fit started from)
         for op in OP_SPECIFIC:
             sub = [t for t in ts if t.op == op]
             if sub:
@@ -342,11 +342,11 @@ def fit_collectives(
                 over = _fit_group(sub, f"{op}.", over, fix, not main, base)[0]
                 groups.append((f"{op}.", sub, base_over))
         entry = base.networks.get(net, {})
-        for prefix, group, *base_over in groups:
+        for prefix, group, started in groups:
             key = f"{prefix}ring_inter_node"
             informative = [t for t in group if t.nodes > 1 and t.op in REDUCE_FAMILY]
             if informative and not shape_identified(informative) and over.get(key) == inherited_ring(
-                    entry, base_over[0] if base_over else {}, prefix):
+                    entry, started, prefix):
                 shapes_held.setdefault(net, {})[key] = over[key]
         systems[net] = over
     residuals = residual_table(tables, systems, base)
