@@ -24,6 +24,7 @@ Every error is an ``InputError`` naming the key, so the CLI prints one ``error: 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,21 @@ IGNORED_TOP = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print",
                "compile", "timers", "nebula", "eigenvalue", "weight_quantization",
                # refused where they are on (ENABLED_NOT_MODELLED)
                "progressive_layer_drop", "sparse_attention", "quantize_training", "torch_autocast"}
+#: skipped ZeRO keys checked as DeepSpeed's config model checks them (runtime/zero/config.py: Field(ge=0) sizes and
+#: thresholds; booleans): a skipped key is not costed, but a value DeepSpeed refuses is not a run. The Hugging Face
+#: Trainer fills three of the sizes from the model's hidden size when they say "auto" (integrations/deepspeed.py)
+ZERO_SIZE_KEYS = {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
+                  "stage3_param_persistence_threshold", "param_persistence_threshold", "stage3_max_live_parameters",
+                  "max_live_parameters", "stage3_max_reuse_distance", "max_reuse_distance", "sub_group_size",
+                  "stage3_model_persistence_threshold", "model_persistence_threshold",
+                  "stage3_module_granularity_threshold", "module_granularity_threshold"}
+ZERO_AUTO_SIZE_KEYS = {"reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"}
+ZERO_SWITCH_KEYS = {"reduce_scatter", "contiguous_gradients", "overlap_comm", "allgather_partitions",
+                    "round_robin_gradients", "load_from_fp32_weights", "ignore_unused_parameters", "elastic_checkpoint",
+                    "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
+                    "gather_16bit_weights_on_model_save", "memory_efficient_linear", "use_multi_rank_bucket_allreduce",
+                    "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params",
+                    "zero_quantized_nontrainable_weights", "legacy_stage1", "log_trace_cache_warnings"}
 #: blocks that change what a step computes, its batch or its precision: refused where on ({"enabled": true};
 #: sparse_attention has no switch: given is on)
 ENABLED_NOT_MODELLED = {
@@ -289,6 +305,15 @@ def parse_deepspeed_config(data: dict) -> DeepSpeedSettings:
     if not isinstance(zero, dict):
         raise InputError(f"{PREFIX}.zero_optimization", "must be an object")
     _unknown(zero, USED_ZERO | IGNORED_ZERO | OFFLOAD_ZERO, f"{PREFIX}.zero_optimization")
+    for key in sorted(ZERO_SIZE_KEYS & set(zero)):
+        v = zero[key]
+        if v == AUTO and key in ZERO_AUTO_SIZE_KEYS:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{PREFIX}.zero_optimization.{key}", f"must be a number >= 0 (got {v!r})")
+    for key in sorted(ZERO_SWITCH_KEYS & set(zero)):
+        if not isinstance(zero[key], bool):
+            raise InputError(f"{PREFIX}.zero_optimization.{key}", f"must be true or false (got {zero[key]!r})")
     for key in sorted(OFFLOAD_ZERO & set(zero)):
         v = zero[key]
         device = v.get("device", "none") if isinstance(v, dict) else None

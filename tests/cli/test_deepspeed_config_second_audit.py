@@ -95,3 +95,25 @@ def test_autotp_batch_keys_are_completed_over_every_rank(tmp_path):
     # all three keys per data-parallel rank are read as such too
     per_dp = {**cfg, "train_batch_size": 32, "gradient_accumulation_steps": 2}
     assert json.loads(estimate(tmp_path, per_dp, "--json", batch=32).stdout)["config"]["micro_batch"] == 2
+
+
+@pytest.mark.parametrize("zero_key, value, rule", [
+    ("reduce_bucket_size", -1, "must be a number >= 0"),
+    ("sub_group_size", "1e9", "must be a number >= 0"),
+    ("stage3_max_live_parameters", True, "must be a number >= 0"),
+    ("overlap_comm", "true", "must be true or false"),
+    ("contiguous_gradients", 1, "must be true or false"),
+])
+def test_skipped_zero_keys_hold_values_deepspeed_accepts(tmp_path, zero_key, value, rule):
+    """A key the model skips is still DeepSpeed's: a value its config model refuses (Field(ge=0) sizes, booleans)
+    is not a run (was accepted and skipped)."""
+    cfg = {**BASE, "zero_optimization": {"stage": 3, zero_key: value}}
+    assert rule in error(estimate(tmp_path, cfg, "--micro-batch", "2"))
+
+
+def test_the_trainers_auto_bucket_sizes_are_read(tmp_path):
+    zero = {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+            "stage3_param_persistence_threshold": "auto", "sub_group_size": 1e9, "overlap_comm": True}
+    notes(estimate(tmp_path, {**BASE, "zero_optimization": zero}, "--micro-batch", "2"))
+    assert "must be a number >= 0" in error(estimate(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 3, "sub_group_size": "auto"}}, "--micro-batch", "2"))
