@@ -51,7 +51,6 @@ def nothing_usable(message: str) -> None:
 def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
     from perfmodel.catalog import load_gpu
     from perfmodel.specs import ClusterSpec
-    from perfmodel.specs.hardware import check_network_name, check_node_size
 
     if gpus <= 0:
         raise InputError("gpus", f"must be a positive integer (got {gpus})")
@@ -61,12 +60,8 @@ def build_cluster(gpu: str, gpus: int, gpus_per_node, scale_out, network):
         raise InputError("gpus_per_node", f"must be a positive integer (got {gpus_per_node})")
     if scale_out is not None and not (0 < scale_out < float("inf")):
         raise InputError("scale_out_gbit_per_s", f"must be a positive finite number (got {scale_out})")
-    check_network_name(network)
-    spec = load_gpu(gpu)
-    gpn = gpus_per_node or min(spec.default_gpus_per_node, gpus)
-    check_node_size(spec, gpn, scale_out)
-    cluster = ClusterSpec.build(spec, gpus, gpn, scale_out, network=network)
-    return cluster.model_copy(update={"gpus_per_node_stated": gpus_per_node is not None})
+    # the node size left out: the GPU's, at most the job's GPUs; the network name and node size checked there
+    return ClusterSpec.build(load_gpu(gpu), gpus, gpus_per_node, scale_out, network=network)
 
 
 def build_job(global_batch, seq_len, precision, framework, gpu=None, flash_attention=None):

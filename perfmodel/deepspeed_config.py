@@ -528,15 +528,18 @@ def load_deepspeed_config(path: str | Path) -> DeepSpeedSettings:
     return parse_deepspeed_config(data)
 
 
-def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int, tp: int = 1) -> None:
+def check_hpz_partition(hpz_partition_size: int, n_gpus: int, dp: int, tp: int = 1,
+                        field: str = f"{PREFIX}.zero_optimization.zero_hpz_partition_size") -> None:
     """DeepSpeed ``_ensure_divisibility``: the secondary group (``zero_hpz_partition_size`` consecutive
     global ranks, groups._create_zero_param_parallel_group) must divide the world size; the model keeps
     it inside one TP rank's data-parallel group (``dp``: its size, dp x cp), so it holds a whole number
-    of TP groups and at most dp x cp of them."""
+    of TP groups and at most dp x cp of them. ``field``: the name the caller was given it under (the config
+    key; the Python API's ``hpz_partition_size``)."""
     if hpz_partition_size > 1 and (n_gpus % hpz_partition_size or hpz_partition_size % tp
                                    or hpz_partition_size // tp > dp):
+        name = field.rsplit(".", 1)[-1]
         raise InputError(
-            f"{PREFIX}.zero_optimization.zero_hpz_partition_size",
-            f"must divide the GPU count and be tp times at most dp x cp ranks (zero_hpz_partition_size="
+            field,
+            f"must divide the GPU count and be tp times at most dp x cp ranks ({name}="
             f"{hpz_partition_size}, gpus={n_gpus}, tp={tp}, dp x cp={dp})",
         )

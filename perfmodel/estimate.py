@@ -341,11 +341,8 @@ def estimate(
         if isinstance(hpz_partition_size, bool) or not isinstance(hpz_partition_size, int) or hpz_partition_size < 1:
             raise InputError("hpz_partition_size", f"must be a whole number of ranks >= 1 (1: the default group; "
                              f"DeepSpeed's zero_hpz_partition_size; got {hpz_partition_size!r})")
-        try:
-            check_hpz_partition(hpz_partition_size, cluster.n_gpus, parallel.dp * parallel.cp, parallel.tp)
-        except InputError as exc:  # the API's argument, not the DeepSpeed config key the CLI checks it as first
-            raise InputError("hpz_partition_size", exc.rule.replace("zero_hpz_partition_size=", "hpz_partition_size="),
-                             exc.where) from None
+        check_hpz_partition(hpz_partition_size, cluster.n_gpus, parallel.dp * parallel.cp, parallel.tp,
+                            field="hpz_partition_size")  # the API's argument (the CLI checks the config key first)
     job = job.for_gpu(cluster.gpu)
     if "zero_stage" not in parallel.model_fields_set:
         parallel = parallel.model_copy(update={"zero_stage": rules.default_zero_stage(job.framework)})
