@@ -91,6 +91,18 @@ class Calibration(BaseModel):
         return {k: v for k, v in self.frameworks.get(sibling or "", {}).items()
                 if k in FRAMEWORK_SIBLING_KEYS and k not in own}
 
+    def typical_kernel_efficiency(self, name: str | None) -> dict[str, float]:
+        """A known stack this calibration fits no kernel efficiency for, and that borrows none from the
+        stack it is built on, runs at the generic profile's: the median of the calibrated stacks
+        (``fit_runs``), as an unknown stack does, not at the uncalibrated 1.0 (MegaScale, Meta's
+        internal stack in the shipped profile; any stack a leave-one-source-out fit leaves out)."""
+        key = (name or "generic").strip().lower()
+        if key not in PROFILES or key == "generic" or "kernel_efficiency" in self.frameworks.get(key, {}) \
+                or "kernel_efficiency" in self.borrowed(key):
+            return {}
+        value = self.frameworks.get("generic", {}).get("kernel_efficiency")
+        return {} if value is None else {"kernel_efficiency": value}
+
     def engine_zero3(self, name: str | None) -> dict[str, float]:
         """A stack's ZeRO-3 values fitted for the engine it trains through (FrameworkProfile.zero3_engine),
         where this calibration fits none for the stack itself."""
@@ -104,7 +116,8 @@ class Calibration(BaseModel):
         base = framework_profile(name)
         key = (name or "generic").strip().lower()
         key = key if key in PROFILES else "generic"
-        over = {**self.borrowed(key), **self.engine_zero3(key), **self.frameworks.get(key, {})}
+        over = {**self.typical_kernel_efficiency(key), **self.borrowed(key), **self.engine_zero3(key),
+                **self.frameworks.get(key, {})}
         return base.model_copy(update=over) if over else base
 
     def congestion_nodes(self, network: str | None) -> float:

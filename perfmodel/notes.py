@@ -29,6 +29,10 @@ def framework_note(framework: str | None, cal=None) -> str | None:
         known = ", ".join(sorted(k for k in PROFILES if k != "generic"))
         return (f"framework {framework!r} has no profile: it runs with the generic one (no stack-specific "
                 f"overlap; known: {known})")
+    typical = cal.typical_kernel_efficiency(name) if cal is not None else {}
+    if typical:
+        return (f"{name} has no fitted kernel efficiency: it runs at the typical calibrated one, "
+                f"{typical['kernel_efficiency']:.3f} (the generic profile's, the median over the calibrated stacks)")
     taken = cal.borrowed(name) if cal is not None else {}
     if not taken:
         return None

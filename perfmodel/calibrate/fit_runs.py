@@ -20,7 +20,8 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
   identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s (100+ rows), or
   microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes);
 * derived, not fitted: the generic profile's kernel_efficiency (a stack with no profile of its own, or
-  a blank framework cell), the median of the values the written profile holds for the named stacks.
+  a blank framework cell, and a known stack the profile holds no value for), the median of the values the
+  written profile holds for the named stacks; the rows of such stacks run at it while the fit runs.
 
 Row counts ("100+ rows") count distinct configurations: a run listed twice is one more measurement of
 the same step, which the residuals weigh, not more evidence for a parameter. The fit runs from two starts
@@ -281,8 +282,26 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     # GPT-NeoX on DeepSpeed's) runs at, and informs, that engine's fitted ZeRO-3 values
     engine_owner = owners(ZERO3_ENGINE_KEYS, "zero3_engine")
 
+    # a stack the written profile will hold no kernel efficiency for (too few runs here, none in the base,
+    # none from the stack it is built on), and the generic profile's own rows where this fit leaves it
+    # unfitted, run at the generic value the fit derives below (the median of the calibrated stacks;
+    # Calibration.typical_kernel_efficiency), as they will be predicted, not at the value they started at
+    ke_index = {key: i for i, (kind, key, p) in enumerate(names) if kind == "framework" and p == "kernel_efficiency"}
+    derive_generic = bool(ke_index) and "generic" not in ke_index
+    base_ke = [float(v["kernel_efficiency"]) for k, v in base.frameworks.items()
+               if k != "generic" and k not in ke_index and "kernel_efficiency" in v]
+
+    def holds_ke(fw: str) -> bool:
+        return fw in ke_index or "kernel_efficiency" in base.frameworks.get(fw, {})
+
+    typical_rows = np.array([derive_generic and fw in PROFILES and not holds_ke(fw) and (
+        fw == "generic" or not holds_ke(PROFILES[fw].calibration_from or "")) for fw in framework], dtype=bool)
+
     def apply(x):
         arrs = dict(inputs)
+        if typical_rows.any():
+            typical = np.median([x[i] for key, i in ke_index.items()] + base_ke)
+            arrs["kernel_efficiency"] = np.where(typical_rows, typical, inputs["kernel_efficiency"])
         cong = np.where(np.isfinite(inputs["congestion_nodes"]) & network_fixed, inputs["congestion_nodes"], np.inf)
         for (kind, key, p), v in zip(names, x):
             if kind == "global" and p == "congestion_nodes":
@@ -358,7 +377,8 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
 def leave_one_source_out(df: pd.DataFrame, base: Calibration | None = None,
                          pairs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Refit without each source and predict it: per-source MAPE of tokens/s/GPU, cross-validated.
-    Framework parameters of a framework seen only in the held-out source keep their defaults
+    A framework seen only in the held-out source runs at the refit's generic kernel efficiency (the median
+    of the calibrated stacks, ``Calibration.typical_kernel_efficiency``) and keeps its other defaults
     (DeepSpeed's are still fitted to the ZeRO-3/ZeRO++ pairs when ``pairs`` is given)."""
     from perfmodel.validate import error_table, predict_runs
 

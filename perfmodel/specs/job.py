@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.limits import MAX_COUNT
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import whole_number
 
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 
@@ -31,8 +31,8 @@ class JobSpec(BaseModel):
     @field_validator("global_batch", "seq_len", mode="before")
     @classmethod
     def _counts_are_counts(cls, value):
-        """A whole number: lax mode would read True as 1 sequence."""
-        return not_a_boolean(value, "integer")
+        """A whole number: lax mode would read True as 1 sequence and "2048" as 2048."""
+        return whole_number(value)
 
     @field_validator("flash_attention", mode="before")
     @classmethod

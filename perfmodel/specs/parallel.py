@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from perfmodel.specs.checks import not_a_boolean
+from perfmodel.specs.checks import not_a_boolean, strict_boolean, whole_number
 
 Recompute = Literal["none", "selective", "full", "balanced"]
 CpKind = Literal["ring", "ulysses"]
@@ -60,8 +60,14 @@ class ParallelSpec(BaseModel):
     @field_validator("tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage", mode="before")
     @classmethod
     def _sizes_are_numbers(cls, value):
-        """A whole number: lax mode would read tp=True as tensor parallelism of 1."""
-        return not_a_boolean(value, "integer")
+        """A whole number: lax mode would read tp=True as tensor parallelism of 1 and tp="8" as 8."""
+        return whole_number(value)
+
+    @field_validator("sp", mode="before")
+    @classmethod
+    def _sp_is_a_switch(cls, value):
+        """True or False: lax mode would read sp=1 or sp="yes" as sequence parallelism on."""
+        return strict_boolean(value)
 
     @field_validator("offload_fraction", mode="before")
     @classmethod

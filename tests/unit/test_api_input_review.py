@@ -9,6 +9,7 @@ import json
 import math
 import warnings
 
+import numpy as np
 import pytest
 
 import perfmodel as pm
@@ -110,6 +111,31 @@ def test_parallel_sizes_are_not_booleans(field):
         pm.ParallelSpec(**{field: True})
     par = PAR8.model_copy(update={field: True})
     assert _field(lambda: pm.estimate("llama3-8b", C8, par, J8)) == f"parallel.{field}"
+
+
+@pytest.mark.parametrize("field", ["tp", "pp", "dp", "cp", "vpp", "micro_batch", "zero_stage"])
+def test_parallel_sizes_are_not_text(field):
+    """tp="8" is a caller's slip (a value read from a file and never converted), not 8."""
+    with pytest.raises(ValueError, match="not text"):
+        pm.ParallelSpec(**{field: "2"})
+    par = PAR8.model_copy(update={field: "1"})
+    assert _field(lambda: pm.estimate("llama3-8b", C8, par, J8)) == f"parallel.{field}"
+    assert pm.ParallelSpec(**{field: np.int64(1)}).model_dump()[field] == 1  # numpy integers are numbers
+
+
+@pytest.mark.parametrize("sp", [1, 0, "yes", "true", None])
+def test_sequence_parallelism_is_true_or_false(sp):
+    """sp=1 was read as sequence parallelism on, sp=0 as off: a switch takes True or False."""
+    with pytest.raises(ValueError, match="true or false"):
+        pm.ParallelSpec(tp=2, sp=sp)
+    assert _field(lambda: pm.estimate("llama3-8b", C8, PAR8.model_copy(update={"sp": sp}), J8)) == "parallel.sp"
+    assert pm.ParallelSpec(tp=2, sp=np.bool_(False)).sp is False
+
+
+@pytest.mark.parametrize("field", ["global_batch", "seq_len"])
+def test_job_counts_are_not_text(field):
+    with pytest.raises(ValueError, match="not text"):
+        pm.JobSpec(**{"global_batch": 8, "seq_len": 4096, field: "8"})
 
 
 @pytest.mark.parametrize("field", ["global_batch", "seq_len"])

@@ -127,6 +127,31 @@ def test_a_stack_built_on_another_shares_its_fitted_kernel_efficiency():
     assert shipped.framework("gpt-neox").layer_overhead_s == PROFILES["gpt-neox"].layer_overhead_s
 
 
+def test_a_known_stack_without_a_fit_runs_at_the_typical_calibrated_kernel_efficiency():
+    """MegaScale and Meta's internal stack have profiles (their overlaps, MegaScale's parallel block) but no
+    measured run to fit: they run at the generic profile's kernel efficiency, the median over the calibrated
+    stacks, as an unknown stack does -- before, at the uncalibrated 1.0, faster than every stack but two the
+    runs measure. A value of their own, or one borrowed from the stack they are built on, wins; with nothing
+    fitted anywhere they run at datasheet rates."""
+    from perfmodel.calibration_profile import Calibration, load_calibration
+    from perfmodel.notes import framework_note
+
+    cal = Calibration(frameworks={"generic": {"kernel_efficiency": 0.9}, "megatron-deepspeed": {"kernel_efficiency": 0.8}})
+    for name in ("megascale", "meta-internal"):
+        assert PROFILES[name].calibration_from is None
+        assert cal.framework(name).kernel_efficiency == 0.9
+        assert cal.framework(name).tp_overlap == PROFILES[name].tp_overlap  # nothing else taken
+        assert "0.900" in framework_note(name, cal) and "median" in framework_note(name, cal)
+    assert cal.framework("gpt-neox").kernel_efficiency == 0.8  # the stack it is built on comes first
+    own = Calibration(frameworks={"generic": {"kernel_efficiency": 0.9}, "megascale": {"kernel_efficiency": 1.1}})
+    assert own.framework("megascale").kernel_efficiency == 1.1 and framework_note("megascale", own) is None
+    assert Calibration().framework("megascale").kernel_efficiency == 1.0
+    assert framework_note("megascale", Calibration()) is None
+    shipped = load_calibration(None)
+    assert "megascale" not in shipped.frameworks and "meta-internal" not in shipped.frameworks
+    assert shipped.framework("megascale").kernel_efficiency == shipped.framework("generic").kernel_efficiency < 1.0
+
+
 def test_a_borrowed_kernel_efficiency_is_fitted_as_it_is_predicted():
     """In the runs fit, a stack without a fit of its own runs at (and informs) the kernel efficiency of the
     stack it is built on, as the written profile will predict it: its fit residuals are its errors after."""
@@ -149,6 +174,33 @@ def test_a_borrowed_kernel_efficiency_is_fitted_as_it_is_predicted():
     during = fit.residuals.set_index("run_id").loc[x.run_id[:3], "log_ratio"].to_numpy()
     pred = predict_runs(x.iloc[:3], fit.calibration).pred_tokens_per_s_per_gpu.to_numpy()
     after = np.log(pred / np.asarray(measured_tokens_per_s_per_gpu(x.iloc[:3])))
+    assert np.allclose(during, after, atol=1e-9)
+
+
+def test_a_stack_too_few_runs_to_fit_is_fitted_at_the_typical_kernel_efficiency_it_is_predicted_at():
+    """Three runs of a known stack (MegaScale here) or of an unknown one are too few to fit a kernel efficiency:
+    the written profile runs them at the generic one, the median of the fitted stacks, and the fit costs them so
+    while it fits (its residuals are their errors after), not at the value they started from."""
+    import pandas as pd
+    from pathlib import Path
+
+    from perfmodel.calibrate.fit_runs import fit_runs
+    from perfmodel.calibration_profile import Calibration
+    from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs
+
+    runs = Path(__file__).resolve().parents[2] / "calibration" / "data" / "runs" / "calibration_runs.csv"
+    d = pd.read_csv(runs)
+    x = d[d.framework.isin(["megatron-kwai", "nemo"])].copy().reset_index(drop=True)
+    x.loc[:2, "framework"] = "megascale"
+    x.loc[3:5, "framework"] = "my-own-stack"
+    fit = fit_runs(x, Calibration())
+    assert {"megascale", "my-own-stack"}.isdisjoint(fit.calibration.frameworks)
+    typical = np.median([fit.params["megatron-kwai.kernel_efficiency"], fit.params["nemo.kernel_efficiency"]])
+    assert fit.params["generic.kernel_efficiency"] == pytest.approx(typical, rel=1e-12)
+    assert fit.calibration.framework("megascale").kernel_efficiency == pytest.approx(typical, rel=1e-12)
+    during = fit.residuals.set_index("run_id").loc[x.run_id[:6], "log_ratio"].to_numpy()
+    pred = predict_runs(x.iloc[:6], fit.calibration).pred_tokens_per_s_per_gpu.to_numpy()
+    after = np.log(pred / np.asarray(measured_tokens_per_s_per_gpu(x.iloc[:6])))
     assert np.allclose(during, after, atol=1e-9)
 
 
