@@ -159,6 +159,16 @@ _MEGATRON_TE = dict(
     "(NeMo/Megatron-Bridge performance recipes)",
 )
 
+#: NeMo's performance runs reduce and keep the gradients in bf16, not in fp32 (Megatron-Core's
+#: grad_reduce_in_fp32 off): NeMo 2.0's scripts/performance/llm/pretrain_*.py ("recipe.trainer.plugins.
+#: grad_reduce_in_fp32 = False  # bf16 grad dtype") and its recipes' pretrain_performance_optimizations
+#: (nemo/collections/llm/recipes/nemotron4_340b.py); NeMo 1.x performance configs set
+#: model.optim.grad_sync_dtype: bf16. The gradient buffer is 2 bytes a parameter and the data-parallel
+#: reduction moves bf16; the optimizer casts its shard to fp32 for the step. (Megatron-Bridge's recipes keep
+#: its _pretrain_common default, fp32, except where one says "grad_reduce_in_fp32 = False": its MoE recipes.)
+_NEMO_PERF = {**_MEGATRON_TE, "grad_bytes_per_param": 2.0,
+              "source": _MEGATRON_TE["source"] + "; bf16 gradient buffer and reduction (grad_reduce_in_fp32 off)"}
+
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": FrameworkProfile(source="no stack-specific overlap assumed beyond DDP bucketing"),
     "megatron-lm": FrameworkProfile(
@@ -170,7 +180,7 @@ PROFILES: dict[str, FrameworkProfile] = {
         "overlap; fp16 main grads unless --accumulate-allreduce-grads-in-fp32 (forced on for bf16); fp8 through "
         "TransformerEngine",
     ),
-    "nemo": FrameworkProfile(**_MEGATRON_TE),
+    "nemo": FrameworkProfile(**_NEMO_PERF),
     "megatron-bridge": FrameworkProfile(**_MEGATRON_TE),
     "megascale": FrameworkProfile(**{**_MEGATRON_TE, "parallel_block": True, "source": _MEGATRON_TE["source"] + (
         "; MegaScale's parallel transformer block (Jiang et al. NSDI'24 Sec. 3.1)")}),

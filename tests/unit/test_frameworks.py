@@ -258,3 +258,23 @@ def test_the_per_micro_batch_cost_is_a_pipeline_engines():
     micro, pp = 256 // 4, 2
     assert extra == pytest.approx(shipped.frameworks["megatron-deepspeed"]["microbatch_overhead_s"] * (micro + pp - 1),
                                   rel=0.05)
+
+
+def test_nemo_keeps_bf16_gradients_as_its_performance_runs_do():
+    """NeMo's performance recipes turn grad_reduce_in_fp32 off (scripts/performance/llm/pretrain_*.py: "bf16
+    grad dtype"): its gradient buffer holds 2 bytes a parameter and its data-parallel reduction moves half the
+    bytes of Megatron-Bridge's fp32 one, whatever else the two Megatron-Core stacks share."""
+    assert PROFILES["nemo"].grad_bytes_per_param == 2.0
+    assert PROFILES["megatron-bridge"].grad_bytes_per_param == PROFILES["megatron-lm"].grad_bytes_per_param == 4.0
+    same = {k for k in type(PROFILES["nemo"]).model_fields if k not in ("grad_bytes_per_param", "source")}
+    assert all(getattr(PROFILES["nemo"], k) == getattr(PROFILES["megatron-bridge"], k) for k in same)
+    model = perfmodel.load_model("llama3-70b")
+    cluster = perfmodel.ClusterSpec.build(perfmodel.load_gpu("h100-sxm5-80gb"), 64, 8)
+    par = perfmodel.ParallelSpec(tp=8, pp=2, dp=4, zero_stage=1)
+    out = {fw: step_outputs(model, cluster, par, perfmodel.JobSpec(global_batch=64, seq_len=4096, framework=fw),
+                            Calibration(), dp_overlap=0.0)
+           for fw in ("nemo", "megatron-bridge")}
+    params = out["nemo"]["params_per_gpu"]
+    assert out["megatron-bridge"]["gradients_gib"] - out["nemo"]["gradients_gib"] == pytest.approx(
+        2.0 * params / 2**30, rel=1e-9)
+    assert 0.0 < out["nemo"]["dp_comm_s"] < out["megatron-bridge"]["dp_comm_s"]

@@ -110,16 +110,17 @@ def test_a_dgxc_transcription_error_is_caught():
 
 def test_dgxc_out_of_sample_accuracy():
     """NeMo on DGX H100, 8 to 2,304 GPUs, six models, bf16 and fp8, with the shipped NeMo profile
-    (fitted on NeMo 24.07's performance summary, none of these measurements): 3.8% MAPE, every
-    model-precision median within 9%. The worst rows are Nemotron-4 340B on 128 GPUs (22% slow): the
-    memory model puts it at 93 GiB without recomputation or with selective, so it is costed with full."""
+    (fitted on NeMo 24.07's performance summary, none of these measurements): 3.2% MAPE, every
+    model-precision median within 7%. The worst row is Nemotron-4 340B bf16 on 128 GPUs (20% slow): the
+    memory model puts it at 82 GiB without recomputation or with selective (bf16 gradients, fp32 optimizer
+    state), so it is costed with full."""
     runs = pd.read_csv(DGXC_RUNS)
     pred = predict_runs(runs)
     assert (pred.status == "ok").all()
     ratio = pred.pred_tokens_per_s_per_gpu.to_numpy() / measured_tokens_per_s_per_gpu(runs)
-    assert 100.0 * np.abs(ratio - 1.0).mean() <= 5.0
+    assert 100.0 * np.abs(ratio - 1.0).mean() <= 4.0
     medians = pd.Series(ratio).groupby([runs.model_name, runs.precision]).median()
-    assert medians.between(0.9, 1.1).all(), medians
+    assert medians.between(0.93, 1.07).all(), medians
 
 
 # ---- InternEvo's training-performance document (calibration/build_internevo.py) --------------------
