@@ -294,8 +294,10 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     def holds_ke(fw: str) -> bool:
         return fw in ke_index or "kernel_efficiency" in base.frameworks.get(fw, {})
 
-    typical_rows = np.array([derive_generic and fw in PROFILES and not holds_ke(fw) and (
-        fw == "generic" or not holds_ke(PROFILES[fw].calibration_from or "")) for fw in framework], dtype=bool)
+    # (the generic rows whatever the base holds for it: the written profile replaces it with the median)
+    typical_rows = np.array([derive_generic and (fw == "generic" or (
+        fw in PROFILES and not holds_ke(fw) and not holds_ke(PROFILES[fw].calibration_from or "")))
+        for fw in framework], dtype=bool)
 
     def apply(x):
         arrs = dict(inputs)

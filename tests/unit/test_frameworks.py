@@ -193,15 +193,17 @@ def test_a_stack_too_few_runs_to_fit_is_fitted_at_the_typical_kernel_efficiency_
     x = d[d.framework.isin(["megatron-kwai", "nemo"])].copy().reset_index(drop=True)
     x.loc[:2, "framework"] = "megascale"
     x.loc[3:5, "framework"] = "my-own-stack"
-    fit = fit_runs(x, Calibration())
-    assert {"megascale", "my-own-stack"}.isdisjoint(fit.calibration.frameworks)
-    typical = np.median([fit.params["megatron-kwai.kernel_efficiency"], fit.params["nemo.kernel_efficiency"]])
-    assert fit.params["generic.kernel_efficiency"] == pytest.approx(typical, rel=1e-12)
-    assert fit.calibration.framework("megascale").kernel_efficiency == pytest.approx(typical, rel=1e-12)
-    during = fit.residuals.set_index("run_id").loc[x.run_id[:6], "log_ratio"].to_numpy()
-    pred = predict_runs(x.iloc[:6], fit.calibration).pred_tokens_per_s_per_gpu.to_numpy()
-    after = np.log(pred / np.asarray(measured_tokens_per_s_per_gpu(x.iloc[:6])))
-    assert np.allclose(during, after, atol=1e-9)
+    # the second base holds a generic value of its own, which the written profile replaces with the median
+    for base in (Calibration(), Calibration(frameworks={"generic": {"kernel_efficiency": 1.3}})):
+        fit = fit_runs(x, base)
+        assert {"megascale", "my-own-stack"}.isdisjoint(fit.calibration.frameworks)
+        typical = np.median([fit.params["megatron-kwai.kernel_efficiency"], fit.params["nemo.kernel_efficiency"]])
+        assert fit.params["generic.kernel_efficiency"] == pytest.approx(typical, rel=1e-12)
+        assert fit.calibration.framework("megascale").kernel_efficiency == pytest.approx(typical, rel=1e-12)
+        during = fit.residuals.set_index("run_id").loc[x.run_id[:6], "log_ratio"].to_numpy()
+        pred = predict_runs(x.iloc[:6], fit.calibration).pred_tokens_per_s_per_gpu.to_numpy()
+        after = np.log(pred / np.asarray(measured_tokens_per_s_per_gpu(x.iloc[:6])))
+        assert np.allclose(during, after, atol=1e-9)
 
 
 def test_fp8_runs_reduce_gradients_as_their_bf16_base():
