@@ -291,13 +291,14 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     base_ke = [float(v["kernel_efficiency"]) for k, v in base.frameworks.items()
                if k != "generic" and k not in ke_index and "kernel_efficiency" in v]
 
-    def holds_ke(fw: str) -> bool:
-        return fw in ke_index or "kernel_efficiency" in base.frameworks.get(fw, {})
-
-    # (the generic rows whatever the base holds for it: the written profile replaces it with the median)
-    typical_rows = np.array([derive_generic and (fw == "generic" or (
-        fw in PROFILES and not holds_ke(fw) and not holds_ke(PROFILES[fw].calibration_from or "")))
-        for fw in framework], dtype=bool)
+    # which stacks those are, read off the profile this fit writes (its fitted values stand in as 1.0)
+    # by the rule that will predict them; the generic rows whatever the base holds for it, which the written
+    # profile replaces with the median
+    written = Calibration(frameworks={**base.frameworks, "generic": {"kernel_efficiency": 1.0}, **{
+        key: {**base.frameworks.get(key, {}), "kernel_efficiency": 1.0} for key in ke_index}})
+    typical_fws = {fw for fw in np.unique(framework).tolist()
+                   if derive_generic and (fw == "generic" or written.typical_kernel_efficiency(fw))}
+    typical_rows = np.isin(framework, list(typical_fws))
 
     def apply(x):
         arrs = dict(inputs)
