@@ -44,8 +44,9 @@ class FrameworkProfile(BaseModel):
         0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of the ZeRO param all-gather hidden behind forward.")
     pp_overlap: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="Fraction of pipeline send/recv hidden.")
     layer_overhead_s: float = Field(
-        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Time per layer and micro-batch (fwd+bwd) beyond the modelled kernels: "
-        "unfused small ops and launch gaps."
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Host dispatch time per layer and micro-batch (fwd+bwd, split "
+        "1:2): kernels are enqueued asynchronously, so a layer takes the longer of its kernels and this; it shows where "
+        "the kernels are short (small micro-batches, narrow layers, wide TP)."
     )
     microbatch_overhead_s: float = Field(
         0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per micro-batch of a pipeline "

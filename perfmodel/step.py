@@ -283,9 +283,14 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
                      + cast_transpose * ((h + 2.0 * kv_w) + (mm - 1.0) * ffn) / tp)  # QKV, MLP-up output gradients
         cast_f = np.where(lowp, elementwise_time_s(tokens * fwd_bytes, hbm, f64["hbm_efficiency"]) / ke, 0.0)
         cast_b = np.where(lowp, elementwise_time_s(tokens * bwd_bytes, hbm, f64["hbm_efficiency"]) / ke, 0.0)
-    extra = f64["layer_overhead_s"]  # split 1:2 between forward and backward like the FLOPs
-    layer_f = gemm_f + attn_f + elem_f + cast_f + extra / 3.0
-    layer_b = 2.0 * gemm_f + attn_b + 2.0 * elem_f + cast_b + 2.0 * extra / 3.0
+    # the host's dispatch time of a layer (layer_overhead_s, fwd + bwd, split 1:2 like the FLOPs): the host
+    # enqueues a layer's kernels and returns before they run (PyTorch "CUDA semantics: asynchronous
+    # execution"), so it runs ahead of long kernels and its time hides; the GPU waits on it only where a
+    # layer's kernels are shorter (small micro-batches, narrow layers, wide TP). A phase of a layer takes
+    # the longer of the two.
+    host = f64["layer_overhead_s"]
+    layer_f = np.maximum(gemm_f + attn_f + elem_f + cast_f, host / 3.0)
+    layer_b = np.maximum(2.0 * gemm_f + attn_b + 2.0 * elem_f + cast_b, 2.0 * host / 3.0)
     # balanced (Kuaishou): the two norms and the MLP activation are re-run: element-wise passes
     balanced_rc = elementwise_time_s(
         ACT_BYTES * tokens * (4.0 * h / sp_div + mm * ffn / tp), hbm, f64["hbm_efficiency"]

@@ -17,7 +17,8 @@ dominating. Parameters (each with a physical meaning, bounded to its plausible r
 * per fabric with data (e.g. EFA): congestion_nodes; and tp_internode_efficiency for a fabric with
   at least 100 cross-node TP runs while other fabrics' runs still inform the shared value;
 * per framework with data: kernel_efficiency; and where the framework's rows vary the knobs that
-  identify them: layer_overhead_s, microbatch_overhead_s, p2p_overhead_s (100+ rows), or
+  identify them: layer_overhead_s (the host's dispatch time per layer, a floor under the layer's kernel
+  time, perfmodel.step), microbatch_overhead_s, p2p_overhead_s (100+ rows), or
   microbatch_overhead_s alone (50+ rows over 3+ micro-batch sizes);
 * derived, not fitted: the generic profile's kernel_efficiency (a stack with no profile of its own, or
   a blank framework cell, and a known stack the profile holds no value for), the median of the values the
@@ -148,9 +149,10 @@ OVERHEAD_SECOND_START = 10.0
 def _least_squares_from_starts(residual, names, x0, lo, hi):
     """The lower-cost of two bounded least-squares fits: one from ``x0``, and, where per-stack overheads are
     fitted, one with them ``OVERHEAD_SECOND_START`` x larger. A stack's fixed costs and its kernel rate trade
-    off, and the fit has two basins there (nanotron's 1,241 runs: the kernel rate at its bound with a 21 ms
-    pipeline overhead, or just below with 57 ms; robust cost 0.06245 vs 0.06234): which one a single start
-    reaches depended on parameters the runs do not inform."""
+    off, and the fit had two basins there (nanotron's 1,241 runs, while the host's time per layer was added
+    on top of the kernels: the kernel rate at its bound with a 21 ms pipeline overhead, or just below with
+    57 ms; robust cost 0.06245 vs 0.06234): which one a single start reached depended on parameters the runs
+    do not inform. With that time a floor under the kernels (2026-12-02) both starts reach one fit (0.06191)."""
     lo, hi = np.array(lo), np.array(hi)
     starts = [np.array(x0, dtype=float)]
     overhead = np.array([p in OVERHEAD_PARAMS for _, _, p in names], dtype=bool)

@@ -179,8 +179,9 @@ def test_a_stack_costed_with_unfused_attention_says_so_at_long_sequences(monkeyp
 
 
 def test_a_stack_fitted_on_the_top_of_its_kernel_rate_is_said():
-    """nanotron's and OneFlow's fitted kernel efficiency ends on the fit's upper bound (MAMF): their estimates
-    lean on it (nanotron came out faster than Megatron-LM on the same job), so they say so."""
+    """A fitted kernel efficiency on the fit's upper bound (MAMF; OneFlow's in the shipped profile, nanotron's
+    until 2026-12-02, when it came out faster than Megatron-LM on the same job): the estimates lean on it, so
+    they say so."""
     import perfmodel as pm
     from perfmodel.calibration_profile import Calibration
     from perfmodel.limits import MAX_KERNEL_EFFICIENCY

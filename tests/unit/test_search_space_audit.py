@@ -34,7 +34,13 @@ def test_torchtitan_interleaves_an_uneven_split():
 
 
 def test_micro_batches_above_16_are_searched():
-    """Llama-2 7B on 8 H200s, 512 tokens, batch 1,024 (nanotron): micro-batch 32 (15,473 tokens/s/GPU) is 8%
-    faster than 16, the cap the search had."""
-    best = _best("llama2-7b", "h200-sxm-141gb", 8, 512, 1024, "nanotron")
-    assert best.micro_batch > 16 and best.memory_gib <= 141 and best.tokens_per_s_per_gpu > 15_000
+    """Llama-2 7B on 8 H200s, 128 tokens, batch 4,096 (nanotron): micro-batch 128 (11,624 tokens/s/GPU) is 3.5%
+    faster than the best at 16 or fewer, the cap the search had (its last backward hides more of the gradient
+    all-reduce, 0.03 s exposed against 0.11, and its GEMMs run 16,384 rows, not 2,048). It was 512 tokens and
+    batch 1,024 here, micro-batch 32 8% faster than 16, until nanotron's host time per layer became a floor
+    under its kernels (2026-12-02): a larger micro-batch no longer saves that time where the kernels hide it."""
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h200-sxm-141gb"), 8)
+    df = pm.search("llama2-7b", cluster, pm.JobSpec(global_batch=4096, seq_len=128, framework="nanotron"), top=None)
+    best, capped = df.iloc[0], df[df.micro_batch <= 16].iloc[0]
+    assert best.micro_batch > 16 and best.memory_gib <= 141
+    assert best.tokens_per_s_per_gpu > 1.02 * capped.tokens_per_s_per_gpu
