@@ -25,7 +25,7 @@ from perfmodel.specs.hardware import ClusterSpec, check_node_boards, nvlink_doma
 from perfmodel.specs.job import Precision
 from perfmodel.specs.model import MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH, MLP_MATRICES
 from perfmodel.specs.parallel import RECOMPUTE_CODES, ZEROPP_ORDER
-from perfmodel.step import op_value
+from perfmodel.step import op_value, step_costs
 
 MEASURED_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
 
@@ -69,7 +69,10 @@ DEFAULTS_DOC = {
     "eq.3 (counts recompute)]': the formula assumes activation recomputation); none for Megatron-Bridge "
     "(its performance presets default to no recompute; the few that recompute some layers or offload "
     "activations to the CPU are costed without it, and may not fit the modelled memory); else the least "
-    "recomputation that fits: none, else selective, else full",
+    "recomputation that fits: none, else selective, else full; where no mode fits (the run ran, so the modelled "
+    "memory is short for it), the least recomputation whose modelled memory comes within "
+    "RECOMPUTE_MEMORY_PRECISION (5%) of the lowest: a mode that would save less than that is no evidence that "
+    "the run recomputed",
     "micro_batch": "1; for torchtitan with pp > 1 the local batch over pp (one micro-batch per stage, its "
     "2024 default for --experimental.pipeline_parallel_microbatches); with ZeRO-3 / FSDP and pp = 1 the whole "
     "local batch (global_batch / dp): such a stack gathers the parameters every micro-batch, so its runs take "
@@ -628,6 +631,33 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         cp_ulysses=np.zeros(n), offload_fraction=np.zeros(n),
     )
     return inputs, status, reason, recompute_given
+
+
+#: where no recompute mode fits a row that left the mode blank, modes whose modelled memory is within this
+#: fraction of the lowest are taken as equally (un)likely to fit, and the least recomputation among them is
+#: assumed: the memory model's own precision (README: measured memory of the Megatron-Bridge and DLPerf runs)
+RECOMPUTE_MEMORY_PRECISION = 0.05
+
+
+def least_recompute_that_fits(inputs: dict, recompute_given: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+    """The recompute code (``RECOMPUTE_CODES``: 0 none, 1 selective, 2 full) each row of ``runs_to_inputs``
+    runs with, and the step costs of the three tries (a stated mode is costed as stated in all three).
+
+    A blank mode is the least recomputation that fits. Where none fits, the run still ran, so the modelled
+    memory is short for it by at least the gap; the least recomputation whose memory comes within
+    ``RECOMPUTE_MEMORY_PRECISION`` of the lowest is assumed, not full recompute whatever it saves (NeMo
+    24.07's Llama 2 70B SFT on 16 H100s: full recompute 83.9 GiB, none 84.6 GiB, both over 79.6: the
+    optimizer step's fp32 gradient copy, not the activations, sets its peak).
+    """
+    given = np.asarray(recompute_given, dtype=bool)
+    tries = [step_costs({**inputs, "recompute": np.where(given, inputs["recompute"], float(code))})
+             for code in (0, 1, 2)]
+    memory = np.column_stack([np.asarray(t["memory_gib"], dtype=float) for t in tries])
+    near_lowest = memory <= np.nanmin(memory, axis=1, keepdims=True) * (1.0 + RECOMPUTE_MEMORY_PRECISION)
+    chosen = np.argmax(near_lowest, axis=1).astype(float)  # the first (least) mode near the lowest memory
+    for code in (2, 1, 0):
+        chosen = np.where(np.asarray(tries[code]["fits"], dtype=bool), float(code), chosen)
+    return np.where(given, 0.0, chosen), tries
 
 
 def _gpu_names(df: pd.DataFrame) -> np.ndarray:

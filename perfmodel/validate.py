@@ -11,8 +11,8 @@ import pandas as pd
 
 from perfmodel.calibration_profile import Calibration
 from perfmodel.costs.flops import megatron_eq3_flops_per_iteration, model_flops_per_token
-from perfmodel.runs import CONVENTION_EQ3, CONVENTION_MODEL_X3_4, runs_to_inputs, tflops_convention
-from perfmodel.step import step_costs
+from perfmodel.runs import (CONVENTION_EQ3, CONVENTION_MODEL_X3_4, least_recompute_that_fits, runs_to_inputs,
+                            tflops_convention)
 
 PRED_COLUMNS = ["run_id", "status", "reason", "pred_iteration_time_s", "pred_tokens_per_s_per_gpu",
                 "pred_mfu", "pred_memory_gib", "fits"]
@@ -39,13 +39,9 @@ def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd
                              for c in PRED_COLUMNS})
     inputs, status, reason, recompute_given = runs_to_inputs(df, calibration)
     n = len(df)
-    # rows without a stated recompute mode: the least recomputation that fits
-    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(code))})
-             for code in (0, 1, 2)]
-    chosen = np.full(n, 2)
-    for code in (1, 0):
-        chosen = np.where(np.asarray(tries[code]["fits"]), code, chosen)
-    chosen = np.where(recompute_given, 0, chosen)
+    # rows without a stated recompute mode: the least recomputation that fits (tries[0] is the stated mode)
+    chosen, tries = least_recompute_that_fits(inputs, recompute_given)
+    chosen = chosen.astype(int)
 
     def pick(key):
         return np.choose(chosen, [np.asarray(t[key], dtype=float) for t in tries])

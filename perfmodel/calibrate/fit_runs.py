@@ -41,7 +41,7 @@ from scipy.optimize import least_squares
 from perfmodel.calibration_profile import FRAMEWORK_SIBLING_KEYS, ZERO3_ENGINE_KEYS, Calibration
 from perfmodel.frameworks import PROFILES
 from perfmodel.limits import MAX_KERNEL_EFFICIENCY
-from perfmodel.runs import runs_to_inputs
+from perfmodel.runs import least_recompute_that_fits, runs_to_inputs
 from perfmodel.costs.compute import HEAD_DIM_ALIGN
 from perfmodel.step import step_costs
 from perfmodel.validate import measured_tokens_per_s_per_gpu, run_sources
@@ -131,11 +131,7 @@ def _first_of_each_configuration(inputs: dict, labels: list[np.ndarray], n: int,
 
 def _prepare(df: pd.DataFrame, base: Calibration):
     inputs, status, _, recompute_given = runs_to_inputs(df, base)
-    tries = [step_costs({**inputs, "recompute": np.where(recompute_given, inputs["recompute"], float(c))})
-             for c in (0, 1, 2)]
-    chosen = np.full(len(df), 2.0)
-    for code in (1.0, 0.0):
-        chosen = np.where(np.asarray(tries[int(code)]["fits"]), code, chosen)
+    chosen, _ = least_recompute_that_fits(inputs, recompute_given)
     inputs["recompute"] = np.where(recompute_given, inputs["recompute"], chosen)
     truth = measured_tokens_per_s_per_gpu(df)
     ok = (status == "ok") & np.isfinite(truth) & (truth > 0)

@@ -360,3 +360,40 @@ def test_a_blank_layout_keeps_to_what_the_stack_runs():
     inputs, status, reason = _inputs(**dict(base, framework="megatron-lm", n_kv_heads=1, dp=2))
     assert status == "ok", reason
     assert inputs["tp"][0] == 1.0 and inputs["pp"][0] == 8.0
+
+
+LLAMA2_70B = dict(ROW, framework="nemo", n_layers=80, hidden_size=8192, ffn_hidden_size=28672, n_heads=64,
+                  n_kv_heads=8, vocab_size=32000, mlp="swiglu", seq_len=4096, gpu="h100-sxm5-80gb",
+                  precision="fp8")
+
+
+def test_blank_recompute_when_no_mode_fits_is_not_full_recompute_that_saves_nothing():
+    """NeMo 24.07's Llama 2 70B SFT ran on 16 H100s at TP 4 x PP 4 (nemo2407-015) yet no recompute mode fits
+    the modelled memory: its peak is the optimizer step's fp32 gradient copy, which full recompute does not
+    touch (it saves under 5%). The least recomputation within the memory model's precision of the lowest
+    is assumed (none), not full recompute; where full recompute saves much but still does not fit, full."""
+    from perfmodel.runs import RECOMPUTE_MEMORY_PRECISION, least_recompute_that_fits
+
+    df = pd.DataFrame([
+        dict(LLAMA2_70B, run_id="t-001", n_gpus=16, tp=4, pp=4, dp=1, micro_batch=1, global_batch=32),
+        # 70B without ZeRO on one node: the weights alone overflow; micro-batch 4's activations are what
+        # full recompute saves
+        dict(LLAMA2_70B, run_id="t-002", n_gpus=8, tp=1, pp=1, dp=8, micro_batch=4, global_batch=64,
+             precision="bf16"),
+        # fits without recompute: none, as before
+        dict(LLAMA2_70B, run_id="t-003", n_gpus=64, tp=4, pp=4, dp=4, micro_batch=1, global_batch=128),
+    ])
+    inputs, status, reason, given = runs_to_inputs(df)
+    assert list(status) == ["ok"] * 3, reason
+    assert not np.any(given)
+    chosen, tries = least_recompute_that_fits(inputs, given)
+    memory = np.column_stack([t["memory_gib"] for t in tries])
+    fits = np.column_stack([t["fits"] for t in tries])
+    assert not fits[0].any() and not fits[1].any() and fits[2, 0]
+    assert memory[0, 2] < memory[0, 0] <= memory[0, 2] * (1 + RECOMPUTE_MEMORY_PRECISION)
+    assert memory[1, 0] > memory[1, 2] * (1 + RECOMPUTE_MEMORY_PRECISION)
+    assert list(chosen) == [0.0, 2.0, 0.0]
+    # a stated mode is costed as stated in every try, and reported as try 0
+    stated, tries_stated = least_recompute_that_fits({**inputs, "recompute": np.full(3, 2.0)}, np.ones(3, bool))
+    assert list(stated) == [0.0] * 3
+    assert np.allclose(tries_stated[0]["memory_gib"], memory[:, 2])

@@ -111,7 +111,7 @@ def test_a_dgxc_transcription_error_is_caught():
 
 def test_dgxc_out_of_sample_accuracy():
     """NeMo on DGX H100, 8 to 2,304 GPUs, six models, bf16 and fp8, with the shipped NeMo profile
-    (fitted on NeMo 24.07's performance summary, none of these measurements): 3.2% MAPE, every
+    (fitted on NeMo 24.07's performance summary, none of these measurements): 3.1% MAPE, every
     model-precision median within 7%. The worst row is Nemotron-4 340B bf16 on 128 GPUs (20% slow): the
     memory model puts it at 82 GiB without recomputation or with selective (bf16 gradients, fp32 optimizer
     state), so it is costed with full."""
