@@ -13,7 +13,13 @@ that differ only in the ZeRO stage, whose modelled times differ by a few percent
 tokens/s stand for the truth, and each simulated run is, with probability 1/2, slowed by the
 |log ratio| of a randomly drawn twin pair (a stall slows a run; nothing speeds one up).
 
-    python benchmarks/ranking_quality.py [RUNS_CSV] [--min-configs 4] [--noise-ceiling]
+``--tie-ceiling`` adds what the best configuration-only model could score on every group: rows identical in
+every column such a model may read (all but the measured ones and the row's identity) must get one
+prediction, so each class of identical rows is predicted at its mean measured throughput (the best tied
+ranking, scored by Spearman as above) and the top-1 pick is the class with the highest mean; a second line
+reads only the cost model's input columns (without ``notes``, ``derived_fields`` and ``model_name``).
+
+    python benchmarks/ranking_quality.py [RUNS_CSV] [--min-configs 4] [--noise-ceiling] [--tie-ceiling]
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+from perfmodel.runs import MEASURED_COLUMNS
 from perfmodel.validate import measured_tokens_per_s_per_gpu, predict_runs, run_sources
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "calibration" / "data" / "runs" / "calibration_runs.csv"
@@ -81,12 +88,40 @@ def noise_ceiling(df: pd.DataFrame, min_configs: int = 4, draws: int = 300, seed
     return pd.DataFrame(rows)
 
 
+#: columns that are not a run's configuration: its measurements and its identity
+NOT_CONFIGURATION = frozenset({"run_id", "source", "target", *MEASURED_COLUMNS})
+#: free-text columns the cost model itself does not read for a row's cost (it reads notes only for a TFLOP/s tag)
+TEXT_COLUMNS = ("notes", "derived_fields", "model_name")
+
+
+def tie_ceiling(df: pd.DataFrame, min_configs: int = 4, ignore: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per group (``GROUP_KEYS``, as ``ranking_table``): Spearman and top-1 regret of the best prediction a
+    configuration-only model can make, which gives rows identical in every configuration column (all but
+    ``NOT_CONFIGURATION`` and ``ignore``) one value: each class at its mean measured throughput."""
+    frame = df.assign(source_slug=run_sources(df).to_numpy(), meas=measured_tokens_per_s_per_gpu(df))
+    frame = frame[np.isfinite(frame.meas)]
+    cols = [c for c in df.columns if c not in NOT_CONFIGURATION and c not in ignore and not c.startswith("_")]
+    rows = []
+    for key, g in frame.groupby([frame[k].fillna(-1) if k != "gpu" and k != "source_slug" else frame[k]
+                                 for k in GROUP_KEYS], sort=True):
+        if len(g) < min_configs:
+            continue
+        cls = g[cols].astype(object).where(g[cols].notna(), "").astype(str).agg("|".join, axis=1).to_numpy()
+        best = g.meas.groupby(cls).transform("mean").to_numpy()
+        rho = spearmanr(best, g.meas).statistic if g.meas.nunique() > 1 and len(set(best)) > 1 else np.nan
+        rows.append({"source": key[0], "configs": len(g), "classes": len(set(cls)), "spearman": rho,
+                     "top1_regret": 1.0 - g.meas.groupby(cls).mean().max() / g.meas.max()})
+    return pd.DataFrame(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs_csv", nargs="?", default=str(DEFAULT_CSV))
     ap.add_argument("--min-configs", type=int, default=4)
     ap.add_argument("--noise-ceiling", action="store_true", help="also what a perfect model would score under "
                     "the HF playbook's run-to-run noise")
+    ap.add_argument("--tie-ceiling", action="store_true", help="also what the best configuration-only model "
+                    "could score, given that identical configurations get one prediction")
     args = ap.parse_args()
     table = ranking_table(read_runs_csv(Path(args.runs_csv)), args.min_configs)
     if table.empty:
@@ -106,6 +141,12 @@ def main() -> int:
         ceiling = noise_ceiling(read_runs_csv(Path(args.runs_csv)), args.min_configs)
         print(f"a perfect model under the HF playbook's twin noise ({len(ceiling)} groups): mean Spearman "
               f"{ceiling.spearman.mean():.3f}, mean top-1 regret {ceiling.top1_regret.mean():.1%}")
+    if args.tie_ceiling:
+        runs = read_runs_csv(Path(args.runs_csv))
+        for label, ignore in (("every non-measured column", ()), ("the cost model's input columns", TEXT_COLUMNS)):
+            t = tie_ceiling(runs, args.min_configs, ignore)
+            print(f"best configuration-only model, identical in {label} ({len(t)} groups): mean Spearman "
+                  f"{t.spearman.mean():.3f}, mean top-1 regret {t.top1_regret.mean():.1%}")
     return 0
 
 
