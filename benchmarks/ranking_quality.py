@@ -40,6 +40,12 @@ GROUP_KEYS = ["source_slug", "n_layers", "hidden_size", "ffn_hidden_size", "n_he
               "n_gpus", "seq_len", "global_batch"]
 
 
+def _sweeps(frame: pd.DataFrame):
+    """``frame`` grouped by ``GROUP_KEYS`` (a blank key counts as one value)."""
+    return frame.groupby([frame[k].fillna(-1) if k != "gpu" and k != "source_slug" else frame[k]
+                          for k in GROUP_KEYS], sort=True)
+
+
 def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
     pred = predict_runs(df)
     frame = df.assign(
@@ -50,8 +56,7 @@ def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
     )
     frame = frame[frame.ok & np.isfinite(frame.pred) & np.isfinite(frame.meas)]
     rows = []
-    for key, g in frame.groupby([frame[k].fillna(-1) if k != "gpu" and k != "source_slug" else frame[k]
-                                 for k in GROUP_KEYS], sort=True):
+    for key, g in _sweeps(frame):
         if len(g) < min_configs:
             continue
         rho = spearmanr(g.pred, g.meas).statistic if g.meas.nunique() > 1 and g.pred.nunique() > 1 else np.nan
@@ -102,8 +107,7 @@ def tie_ceiling(df: pd.DataFrame, min_configs: int = 4, ignore: tuple[str, ...] 
     frame = frame[np.isfinite(frame.meas)]
     cols = [c for c in df.columns if c not in NOT_CONFIGURATION and c not in ignore and not c.startswith("_")]
     rows = []
-    for key, g in frame.groupby([frame[k].fillna(-1) if k != "gpu" and k != "source_slug" else frame[k]
-                                 for k in GROUP_KEYS], sort=True):
+    for key, g in _sweeps(frame):
         if len(g) < min_configs:
             continue
         cls = g[cols].astype(object).where(g[cols].notna(), "").astype(str).agg("|".join, axis=1).to_numpy()
