@@ -385,7 +385,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     ``inputs`` maps each ``STEP_INPUTS`` name to an array of len(df); rows whose status is not
     ``ok`` hold harmless placeholder values. ``recompute_given`` is False where the row left
     recompute blank and no documented default settles it (Megatron's eq. 3 convention: full;
-    Megatron-Bridge: none); the caller then picks the least recompute that fits.
+    Megatron-Bridge: none); the caller then picks the least recompute that fits (``least_recompute_that_fits``).
     """
     cal = calibration if calibration is not None else load_calibration(None)
     constants = cal.cost_constants()

@@ -370,7 +370,7 @@ LLAMA2_70B = dict(ROW, framework="nemo", n_layers=80, hidden_size=8192, ffn_hidd
 def test_blank_recompute_when_no_mode_fits_is_not_full_recompute_that_saves_nothing():
     """NeMo 24.07's Llama 2 70B SFT ran on 16 H100s at TP 4 x PP 4 (nemo2407-015) yet no recompute mode fits
     the modelled memory: its peak is the optimizer step's fp32 gradient copy, which full recompute does not
-    touch (it saves under 5%). The least recomputation within the memory model's precision of the lowest
+    touch (it saves under 5%). The least recomputation within 5% of the lowest memory
     is assumed (none), not full recompute; where full recompute saves much but still does not fit, full."""
     from perfmodel.runs import RECOMPUTE_MEMORY_PRECISION, least_recompute_that_fits
 
