@@ -57,7 +57,10 @@ class FrameworkProfile(BaseModel):
         "stream sync) on an idle fabric; it grows with the fabric's congestion like its bandwidth shrinks."
     )
     step_overhead_s: float = Field(
-        0.05, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per iteration (data, logging, sync).")
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="Fixed time per iteration (data loading, logging, "
+        "synchronisation) beyond the modelled optimizer step; none unless a calibration states one. Until 2026-12-02 "
+        "every stack carried an unmeasured 50 ms: refitted at 0 / 20 / 50 ms the measured runs' macro-averaged MAPE "
+        "was 10.0 / 10.2 / 10.5%, and plain PyTorch steps of 90 ms came out 44% slow.")
     zero3_overlap: float = Field(
         0.8, ge=0, le=1, allow_inf_nan=False, description="ZeRO-3: fraction of a phase's (forward or backward) compute that hides "
         "its parameter gathers and gradient reduction (prefetch + overlap_comm)."
@@ -155,7 +158,7 @@ _DEEPSPEED_ZERO3 = dict(zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_ma
 
 _MEGATRON_TE = dict(
     tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5, flash_pads_misaligned_heads=False,
-    step_overhead_s=0.05, fp8_saves_quantized_inputs=True,
+    fp8_saves_quantized_inputs=True,
     source="Megatron-Core + TransformerEngine: --tp-comm-overlap, --overlap-grad-reduce, --overlap-param-gather "
     "(NeMo/Megatron-Bridge performance recipes)",
 )
