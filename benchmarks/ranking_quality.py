@@ -46,7 +46,9 @@ def _sweeps(frame: pd.DataFrame):
                           for k in GROUP_KEYS], sort=True)
 
 
-def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
+def _scored(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows the ranking is scored on (costed ``ok`` with a finite prediction and measurement), with their
+    source slug, prediction and measurement."""
     pred = predict_runs(df)
     frame = df.assign(
         source_slug=run_sources(df).to_numpy(),
@@ -54,7 +56,11 @@ def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
         meas=measured_tokens_per_s_per_gpu(df),
         ok=(pred["status"] == "ok").to_numpy(),
     )
-    frame = frame[frame.ok & np.isfinite(frame.pred) & np.isfinite(frame.meas)]
+    return frame[frame.ok & np.isfinite(frame.pred) & np.isfinite(frame.meas)]
+
+
+def ranking_table(df: pd.DataFrame, min_configs: int = 4) -> pd.DataFrame:
+    frame = _scored(df)
     rows = []
     for key, g in _sweeps(frame):
         if len(g) < min_configs:
@@ -100,11 +106,12 @@ TEXT_COLUMNS = ("notes", "derived_fields", "model_name")
 
 
 def tie_ceiling(df: pd.DataFrame, min_configs: int = 4, ignore: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Per group (``GROUP_KEYS``, as ``ranking_table``): Spearman and top-1 regret of the best prediction a
-    configuration-only model can make, which gives rows identical in every configuration column (all but
-    ``NOT_CONFIGURATION`` and ``ignore``) one value: each class at its mean measured throughput."""
-    frame = df.assign(source_slug=run_sources(df).to_numpy(), meas=measured_tokens_per_s_per_gpu(df))
-    frame = frame[np.isfinite(frame.meas)]
+    """Per group of the rows ``ranking_table`` scores (``GROUP_KEYS``): Spearman and top-1 regret of the best
+    prediction a configuration-only model can make, which gives rows identical in every configuration column
+    (all but ``NOT_CONFIGURATION`` and ``ignore``) one value: each class at its mean measured throughput.
+    ``notes`` may carry measured text (a peak memory, a date) that tells repeats apart: read with it, the
+    figure is an upper bound; ``ignore=TEXT_COLUMNS`` reads the cost model's input columns only."""
+    frame = _scored(df)
     cols = [c for c in df.columns if c not in NOT_CONFIGURATION and c not in ignore and not c.startswith("_")]
     rows = []
     for key, g in _sweeps(frame):
@@ -115,7 +122,7 @@ def tie_ceiling(df: pd.DataFrame, min_configs: int = 4, ignore: tuple[str, ...] 
         rho = spearmanr(best, g.meas).statistic if g.meas.nunique() > 1 and len(set(best)) > 1 else np.nan
         rows.append({"source": key[0], "configs": len(g), "classes": len(set(cls)), "spearman": rho,
                      "top1_regret": 1.0 - g.meas.groupby(cls).mean().max() / g.meas.max()})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["source", "configs", "classes", "spearman", "top1_regret"])
 
 
 def main() -> int:

@@ -643,7 +643,9 @@ RECOMPUTE_MEMORY_PRECISION = 0.05
 
 def least_recompute_that_fits(inputs: dict, recompute_given: np.ndarray) -> tuple[np.ndarray, list[dict]]:
     """The recompute code (``RECOMPUTE_CODES``: 0 none, 1 selective, 2 full) each row of ``runs_to_inputs``
-    runs with, and the step costs of the three tries (a stated mode is costed as stated in all three).
+    runs with (a stated mode as stated), and the step costs of the three tries, ``tries[c]`` the rows costed
+    with code c where they left the mode blank (a stated mode, balanced's code 3 included, is costed as
+    stated in all three: any try serves it).
 
     A blank mode is the least recomputation that fits. Where none fits, the run still ran, so the modelled
     memory is short for it by at least the gap; the least recomputation whose memory comes within
@@ -655,12 +657,15 @@ def least_recompute_that_fits(inputs: dict, recompute_given: np.ndarray) -> tupl
     tries = [step_costs({**inputs, "recompute": np.where(given, inputs["recompute"], float(code))})
              for code in (0, 1, 2)]
     memory = np.column_stack([np.asarray(t["memory_gib"], dtype=float) for t in tries])
-    lowest = np.min(np.where(np.isfinite(memory), memory, np.inf), axis=1, keepdims=True)  # no all-NaN warning
-    near_lowest = memory <= lowest * (1.0 + RECOMPUTE_MEMORY_PRECISION)
-    chosen = np.argmax(near_lowest, axis=1).astype(float)  # the first (least) mode near the lowest memory
+    finite = np.isfinite(memory)
+    lowest = np.min(np.where(finite, memory, np.inf), axis=1, keepdims=True)  # no all-NaN warning
+    near_lowest = finite & (memory <= lowest * (1.0 + RECOMPUTE_MEMORY_PRECISION))
+    # the first (least) mode near the lowest memory; full recompute where no mode has a finite memory
+    chosen = np.where(near_lowest.any(axis=1), np.argmax(near_lowest, axis=1), 2).astype(float)
     for code in (2, 1, 0):
         chosen = np.where(np.asarray(tries[code]["fits"], dtype=bool), float(code), chosen)
-    return np.where(given, 0.0, chosen), tries
+    # a stated mode is the row's own (every try costs it, so any try serves a caller that picks among them)
+    return np.where(given, np.asarray(inputs["recompute"], dtype=float), chosen), tries
 
 
 def _gpu_names(df: pd.DataFrame) -> np.ndarray:

@@ -39,9 +39,10 @@ def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd
                              for c in PRED_COLUMNS})
     inputs, status, reason, recompute_given = runs_to_inputs(df, calibration)
     n = len(df)
-    # rows without a stated recompute mode: the least recomputation that fits (tries[0] is the stated mode)
+    # rows without a stated recompute mode: the least recomputation that fits; a stated one (balanced's code
+    # is 3) is costed as stated in every try, so try 0 serves it
     chosen, tries = least_recompute_that_fits(inputs, recompute_given)
-    chosen = chosen.astype(int)
+    chosen = np.where(recompute_given, 0, chosen).astype(int)
 
     def pick(key):
         return np.choose(chosen, [np.asarray(t[key], dtype=float) for t in tries])

@@ -43,3 +43,19 @@ def test_repeated_configurations_share_one_prediction():
     blind = tie_ceiling(runs([((1, 8), 900.0), ((2, 4), 1000.0), ((2, 4), 600.0), ((8, 1), 700.0)], notes),
                         ignore=("notes",))
     assert blind.classes[0] == 3 and np.isclose(blind.top1_regret[0], 0.1)
+
+
+def test_the_ceiling_reads_the_sweeps_the_ranking_scores():
+    """Same groups as ranking_table on the shipped runs (rows the model costs, >= 4 configurations), and a
+    CSV without any group gives an empty table, not an error."""
+    from ranking_quality import DEFAULT_CSV, ranking_table
+
+    from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
+
+    runs = read_runs_csv(DEFAULT_CSV)
+    table, ceiling = ranking_table(runs), tie_ceiling(runs)
+    assert len(ceiling) == len(table) > 30
+    assert list(ceiling.configs) == list(table.configs)
+    assert (ceiling.spearman >= table.spearman - 1e-12).all()  # the model ranks no shipped sweep above it
+    empty = tie_ceiling(runs.iloc[:2])
+    assert empty.empty and "spearman" in empty

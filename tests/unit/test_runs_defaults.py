@@ -393,7 +393,25 @@ def test_blank_recompute_when_no_mode_fits_is_not_full_recompute_that_saves_noth
     assert memory[0, 2] < memory[0, 0] <= memory[0, 2] * (1 + RECOMPUTE_MEMORY_PRECISION)
     assert memory[1, 0] > memory[1, 2] * (1 + RECOMPUTE_MEMORY_PRECISION)
     assert list(chosen) == [0.0, 2.0, 0.0]
-    # a stated mode is costed as stated in every try, and reported as try 0
-    stated, tries_stated = least_recompute_that_fits({**inputs, "recompute": np.full(3, 2.0)}, np.ones(3, bool))
-    assert list(stated) == [0.0] * 3
-    assert np.allclose(tries_stated[0]["memory_gib"], memory[:, 2])
+    # a stated mode is the row's own code, costed as stated in every try
+    stated, tries_stated = least_recompute_that_fits({**inputs, "recompute": np.full(3, 1.0)}, np.ones(3, bool))
+    assert list(stated) == [1.0] * 3
+    assert all(np.allclose(t["memory_gib"], memory[:, 1]) for t in tries_stated)
+
+
+def test_blank_recompute_without_a_finite_memory_falls_back_to_full(monkeypatch):
+    """Where no try yields a finite memory (nothing to compare), the rule keeps its old fall-back: full."""
+    import perfmodel.runs as runs_mod
+
+    df = pd.DataFrame([dict(LLAMA2_70B, run_id="t-001", n_gpus=16, tp=4, pp=4, dp=1, micro_batch=1,
+                            global_batch=32)])
+    inputs, status, reason, given = runs_to_inputs(df)
+    real = runs_mod.step_costs
+
+    def no_memory(inp):
+        out = real(inp)
+        return {**out, "memory_gib": np.full_like(out["memory_gib"], np.nan), "fits": np.zeros_like(out["fits"])}
+
+    monkeypatch.setattr(runs_mod, "step_costs", no_memory)
+    chosen, _ = runs_mod.least_recompute_that_fits(inputs, given)
+    assert list(chosen) == [2.0]

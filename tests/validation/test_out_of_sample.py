@@ -161,9 +161,9 @@ def test_internevo_out_of_sample_accuracy():
     """InternLM 7B on 8-1,024 A100s with the generic profile (InternEvo has none): 11.8% MAPE, median
     APE 9.0% (12.1% and 9.1% with the fixed 50 ms a step every stack carried until 2026-12-02; 13.0% and
     9.8% at the generic kernel efficiency of before that day's host-time floor). One node's runs come
-    out 4-7% fast; the hybrid runs (ZeRO-1 inside a node) 8-15% slow from 32 GPUs on (within 15% with the
+    out 4-7% fast; the hybrid runs (ZeRO-1 inside a node) 6-15% slow from 32 GPUs on (within 15% with the
     50 ms). ZeRO-1 over all data-parallel ranks comes out
-    increasingly fast beyond 128 GPUs (1.64x at 1,024 with tp 1): InternEvo re-sends the parameters after
+    increasingly fast beyond 128 GPUs (1.63x at 1,024 with tp 1): InternEvo re-sends the parameters after
     the step without overlap (overlap_sync_param=False in its 7B configuration), where the generic profile
     hides the gather behind the next forward as Megatron-LM's distributed optimizer does."""
     runs = pd.read_csv(INTERNEVO_RUNS)
