@@ -44,8 +44,9 @@ def framework_note(framework: str | None, cal=None) -> str | None:
 def kernel_bound_note(framework: str | None, cal) -> str | None:
     """A stack whose fitted kernel efficiency ends on the top of its range (every kernel at the best-shape
     matmul rate) runs, measured, faster than the cost model explains by kernel speed: its estimates lean on
-    that fit, and a comparison with other stacks should say so (OneFlow in the shipped profile; nanotron too until
-    its host time per layer became a floor under its kernels, 2026-12-02)."""
+    that fit, and a comparison with other stacks should say so (none in the shipped profile since 2026-12-02:
+    nanotron was there until its host time per layer became a floor under its kernels, OneFlow until the fixed
+    50 ms a step went)."""
     from perfmodel.limits import MAX_KERNEL_EFFICIENCY
 
     if cal is None or not framework:

@@ -131,8 +131,7 @@ def _first_of_each_configuration(inputs: dict, labels: list[np.ndarray], n: int,
 
 def _prepare(df: pd.DataFrame, base: Calibration):
     inputs, status, _, recompute_given = runs_to_inputs(df, base)
-    chosen, _ = least_recompute_that_fits(inputs, recompute_given)
-    inputs["recompute"] = np.where(recompute_given, inputs["recompute"], chosen)
+    inputs["recompute"] = least_recompute_that_fits(inputs, recompute_given)[0]  # a stated mode as stated
     truth = measured_tokens_per_s_per_gpu(df)
     ok = (status == "ok") & np.isfinite(truth) & (truth > 0)
     return inputs, ok, truth
@@ -148,7 +147,9 @@ def _least_squares_from_starts(residual, names, x0, lo, hi):
     off, and the fit had two basins there (nanotron's 1,241 runs, while the host's time per layer was added
     on top of the kernels: the kernel rate at its bound with a 21 ms pipeline overhead, or just below with
     57 ms; robust cost 0.06245 vs 0.06234): which one a single start reached depended on parameters the runs
-    do not inform. With that time a floor under the kernels (2026-12-02) both starts reach one fit (0.06191)."""
+    do not inform. With that time a floor under the kernels (2026-12-02) both starts reached one fit (0.06191);
+    without the fixed 50 ms a step (later that day) they reach two close ones again (0.05831 with a 59 ms
+    per-hop cost, kept, and 0.05856 with 20 ms), so both starts stay."""
     lo, hi = np.array(lo), np.array(hi)
     starts = [np.array(x0, dtype=float)]
     overhead = np.array([p in OVERHEAD_PARAMS for _, _, p in names], dtype=bool)
