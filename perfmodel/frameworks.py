@@ -70,8 +70,9 @@ class FrameworkProfile(BaseModel):
         "stage3_max_live_parameters, default 1e9); inf = two whole layers (FSDP block prefetch)."
     )
     zero3_step_latency_s: float = Field(
-        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="ZeRO-3: latency per ring step of each per-parameter gather/reduce "
-        "(n-1 steps over n ranks): launch, hook and NCCL step cost of fetching one weight."
+        0.0, ge=0, le=MAX_OVERHEAD_S, allow_inf_nan=False, description="ZeRO-3: latency per inter-node hop of each per-parameter "
+        "gather/reduce (a ring over N nodes has N - 1, an all-to-all one: NCCL's cost model, src/graph/tuning.cc, puts "
+        "a ring's latency in its inter-node steps): launch, hook and NCCL cost of fetching one weight across nodes."
     )
     zero1_all_reduce_grads: bool = Field(
         False, description="ZeRO-1 keeps the full gradient all-reduce (overlapped like plain DP) and then "
@@ -154,7 +155,7 @@ class FrameworkProfile(BaseModel):
 #: Megatron-DeepSpeed and GPT-NeoX train through: prefetch and overlap_comm hide little of the per-parameter
 #: gathers (zero3_overlap and zero3_step_latency_s fitted on the 16 ZeRO-3/ZeRO++ pairs of
 #: shared/data/runs/zeropp_pairs.csv, benchmarks/zeropp_whatif.py --fit), stage3_max_live_parameters 1e9
-_DEEPSPEED_ZERO3 = dict(zero3_overlap=0.0, zero3_step_latency_s=1.1e-6, zero3_max_live_params=1e9)
+_DEEPSPEED_ZERO3 = dict(zero3_overlap=0.0, zero3_step_latency_s=8.9e-5, zero3_max_live_params=1e9)
 
 _MEGATRON_TE = dict(
     tp_overlap=0.6, dp_overlap=0.9, param_gather_overlap=0.9, pp_overlap=0.5, flash_pads_misaligned_heads=False,

@@ -78,7 +78,22 @@ def job_notes(job: JobSpec, cluster: ClusterSpec, cal, model: ModelSpec | None =
     return list(model.notes if model is not None else ()) + [
         n for n in (framework_note(job.framework, cal), kernel_bound_note(job.framework, cal),
                     network_note(cluster.network, cal), unfused_attention_note(job, cluster, cal),
-                    position_table_note(job, model)) if n]
+                    position_table_note(job, model), partial_domain_note(cluster)) if n]
+
+
+def partial_domain_note(cluster: ClusterSpec) -> str | None:
+    """A GPU count that leaves the last NVLink domain part-filled (504 + 8 GPUs of NVL72 racks for 512, or 12
+    on 8-GPU nodes): the process groups are placed on the GPUs the job holds (``costs.comm.group_layout``), so a
+    group reaching into the part-filled domain crosses it through those few GPUs' NICs, which paces the whole
+    collective; said, since it can halve a step's throughput against the nearest whole number of domains."""
+    dom = int(cluster.nvlink_domain_gpus)
+    n = int(cluster.n_gpus)
+    if n <= dom or n % dom == 0:
+        return None
+    full, rest = divmod(n, dom)
+    return (f"{n} GPUs fill {full} NVLink domain{'s' if full > 1 else ''} of {dom} and {rest} GPUs of another: "
+            f"a collective group reaching into that one crosses it through those {rest} GPUs' NICs, which pace it; "
+            f"{full * dom} or {(full + 1) * dom} GPUs avoid it")
 
 
 def position_table_note(job: JobSpec, model: ModelSpec | None) -> str | None:

@@ -19,8 +19,11 @@ Sources (cited next to each formula below):
         ``stage3_param_persistence_threshold`` (1e5 elements: biases, norms) stay resident.
 
 Timing: each weight matrix is fetched by its own collective (DeepSpeed fetches per module and
-parameter); every collective pays the two-tier alpha-beta time of ``costs.comm`` plus (n-1)
-ring steps of ``step_latency_s`` (NCCL rings over n ranks, Thakur, Rabenseifner & Gropp 2005).
+parameter); every collective pays the two-tier alpha-beta time of ``costs.comm`` plus
+``step_latency_s`` for each inter-node hop on its path: NCCL's cost model (src/graph/tuning.cc) gives
+a ring all-gather or reduce-scatter over n ranks on N nodes (n - N) intra-node and N - 1 inter-node
+steps, the latter the costly ones, so a gather inside a node (hpZ's secondary group) pays none; an
+all-to-all is one round of concurrent sends (NCCL's grouped send/recv), one inter-node hop.
 Prefetching (``stage3_prefetch_bucket_size``) and ``overlap_comm`` hide a phase's collectives
 behind a fraction ``overlap`` of that phase's compute; the quantization kernels run on the
 compute stream and are exposed.
@@ -86,16 +89,23 @@ def zero3_microbatch(
     n_nodes = np.maximum(dp / np.maximum(dp_per_node, 1.0), 1.0)
     multi_node = n_nodes > 1.0
 
-    def zc(op, size, n, stride):
-        return coll(op, size, n, stride) + np.where(n > 1, (n - 1.0) * step_latency_s, 0.0)
+    def ring_hops(n):
+        # inter-node steps of a ring over n ranks of the group, dp_per_node of them on each node
+        return np.maximum(n / np.maximum(dp_per_node, 1.0), 1.0) - 1.0
+
+    def zc(op, size, n, stride, inter_hops):
+        return coll(op, size, n, stride) + np.where(n > 1, inter_hops * step_latency_s, 0.0)
 
     def gather_fp16(e, n):
-        return zc("all_gather", FP16_BYTES * e, n, dp_stride)
+        return zc("all_gather", FP16_BYTES * e, n, dp_stride, ring_hops(n))
 
     def gather_int8(e):
-        # [DS] CUDAQuantizer: int8 data + one fp32 scale per group, two all-gathers
-        return zc("all_gather", INT8_BYTES * e, dp, dp_stride) + zc(
-            "all_gather", FP32_SCALE_BYTES * e / QWZ_GROUP_ELEMS, dp, dp_stride
+        # [DS] CUDAQuantizer: int8 data + one fp32 scale per group, two all-gathers, each its own call through
+        # DeepSpeed's comm layer: each pays the per-hop latency (where that latency dominates -- a small model
+        # on many nodes -- qwZ alone is slower than plain ZeRO-3). Charging the tiny scales' gather none of it
+        # was tried (2026-12-02): the pairs' speedup error rose from 7.9% to 10.3% (ZeRO++ predicted too fast)
+        return zc("all_gather", INT8_BYTES * e, dp, dp_stride, ring_hops(dp)) + zc(
+            "all_gather", FP32_SCALE_BYTES * e / QWZ_GROUP_ELEMS, dp, dp_stride, ring_hops(dp)
         )
 
     def dequant_kernel(e):
@@ -103,13 +113,13 @@ def zero3_microbatch(
         return hbm_time((FP16_BYTES + INT8_BYTES) * e * (1.0 + 1.0 / dp))
 
     def grad_reduce(e):
-        rs = zc("reduce_scatter", grad_bytes * e, dp, dp_stride)
+        rs = zc("reduce_scatter", grad_bytes * e, dp, dp_stride, ring_hops(dp))
         # [ZPP] Sec. qgZ / [DS] all_to_all_quant_reduce: int4 intra-node all-to-all (data + scales),
         # then the node-reduced 1/k slice across nodes (group global_j: one rank per node)
         k = np.maximum(dp_per_node, 1.0)
-        intra = zc("all_to_all", INT4_BYTES * e, k, dp_stride) + zc("all_to_all", 0.0, k, dp_stride)
-        inter = zc("all_to_all", INT4_BYTES * e / k, n_nodes, k * dp_stride) + zc(
-            "all_to_all", 0.0, n_nodes, k * dp_stride
+        intra = zc("all_to_all", INT4_BYTES * e, k, dp_stride, 0.0) + zc("all_to_all", 0.0, k, dp_stride, 0.0)
+        inter = zc("all_to_all", INT4_BYTES * e / k, n_nodes, k * dp_stride, 1.0) + zc(
+            "all_to_all", 0.0, n_nodes, k * dp_stride, 1.0
         )
         on = qgz_active(e, dp, multi_node, qgz)
         # swizzled quant (read fp16, write int4) + fused dequant-reduce-requant + final dequant/average

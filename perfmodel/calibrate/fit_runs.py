@@ -62,8 +62,8 @@ GLOBAL_PARAMS = {
     "tp_internode_efficiency": (1e-3, 1.0, 0.5),
     "misaligned_bmm_efficiency": (0.01, 1.0, 0.25),
 }
-#: ZeRO-3's per-ring-step latency, for a framework whose data include ZeRO-3 runs
-ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-4, 2e-6)}
+#: ZeRO-3's latency per inter-node hop of a collective (perfmodel.zeropp), for a framework whose data include ZeRO-3 runs
+ZERO3_PARAMS = {"zero3_step_latency_s": (0.0, 1e-3, 2e-5)}
 #: the thresholds below count distinct configurations (``_first_of_each_configuration``): a run measured
 #: twice is one more measurement of the same step, not more evidence for a parameter
 MIN_ROWS_FRAMEWORK = 5

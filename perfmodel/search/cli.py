@@ -122,7 +122,7 @@ def recommend(
                 "nvlink_domain_gpus": cluster.nvlink_domain_gpus,
                 "blackwell_or_later": "mxfp8" in cluster.gpu.peak_dense_tflop_per_s}
     emitted = emit_text(emit, spec, job, best_row) if emit else None
-    notes = emit_notes(emit, spec, job, best_row) if emit else []
+    notes = emit_notes(emit, spec, job, best_row, cluster) if emit else []
     if json_out:
         out = {**res.contract_json(top), "notes": notes_out}
         if emitted is not None:

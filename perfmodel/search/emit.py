@@ -14,7 +14,8 @@ Flag and key names are the projects' own (checked against their sources):
   send/recv overlap is on by default there (only --no-overlap-p2p-communication exists, store_false), which
   validate_args needs for an interleaved schedule on 2 stages, so nothing is emitted for it.
 * Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed ``megatron/arguments.py``): --num-key-value-heads,
-  --use-rotary-position-embeddings, --ds-sequence-parallel-size (DeepSpeed-Ulysses; "Cannot be combined
+  --use-rotary-position-embeddings, --no-position-embedding (store_false of add_position_embedding),
+  --ds-sequence-parallel-size (DeepSpeed-Ulysses; "Cannot be combined
   with --sequence-parallel"), --zero-stage, --no-pipeline-parallel (DeepSpeed's PipelineModule is used
   unless it is given), and DeepSpeed's own --deepspeed --deepspeed_config FILE
   (``deepspeed.add_config_arguments``).
@@ -192,6 +193,10 @@ def _megatron_deepspeed_flags(model: ModelSpec, job: JobSpec, c: Mapping) -> lis
         f += ["--num-key-value-heads", str(model.n_kv_heads)]
     if not model.learned_pos_emb and not model.alibi:
         f += ["--use-rotary-position-embeddings"]
+    if not model.learned_pos_emb:
+        # no learned position table was costed: Megatron-DeepSpeed builds one unless told not to (its Embedding
+        # adds it while args.add_position_embedding, on by default; its Llama scripts pass both switches)
+        f += ["--no-position-embedding"]
     f += [
         "--seq-length", str(job.seq_len), "--max-position-embeddings", str(job.seq_len),
         "--tensor-model-parallel-size", str(c["tp"]),
@@ -389,15 +394,29 @@ def torchtitan_ddp_beside_others(c: Mapping) -> bool:
     return c["dp"] > 1 and max(c["tp"], c["pp"], c["cp"]) > 1
 
 
-def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> list[str]:
+def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping, cluster=None) -> list[str]:
     """What the text for ``target`` does not carry of the costed configuration ``row``, one line each
-    (printed after it): parts the target's format cannot express or that the launcher must add."""
+    (printed after it): parts the target's format cannot express or that the launcher must add. With the
+    ``cluster``, a configuration costed for another stack is also checked against what the target's own stack
+    can run (``rules.CAPABILITY_RULES``)."""
     c, notes = _cfg(row), []
     stack = (job.framework or "").strip().lower()
     other_stack = stack in PROFILES and stack != "generic" and stack not in TARGET_STACKS[target]
     if other_stack and target != "deepspeed":  # (deepspeed: below, where its layout note does not say it already)
         notes.append(f"costed as {stack} runs it (its communication overlap and kernels), not as {target}'s own "
                      f"stack would: search with --framework {TARGET_FRAMEWORK[target]} to cost it there")
+    if other_stack and cluster is not None:
+        # e.g. torchtitan's FSDP with a pipeline, which Megatron-LM's and DeepSpeed's engines refuse
+        from perfmodel.rules import CAPABILITY_RULES
+        from perfmodel.search.space import structural_violations
+
+        own = TARGET_FRAMEWORK[target]
+        capability = {r.reason for r in CAPABILITY_RULES}
+        broken = [r for r in structural_violations(model, cluster, job.model_copy(update={"framework": own}), dict(row))
+                  if r in capability]
+        if broken:
+            notes.append(f"{own} cannot run this configuration as it stands ({'; '.join(broken)}): search with "
+                         f"--framework {own} for one it runs")
     if target == "megatron":
         if model.mlp == "swiglu":
             # Megatron-DeepSpeed spells the choices in lower case (its examples_deepspeed Llama scripts)
@@ -409,12 +428,15 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping) -> lis
                          "flag is emitted for it (Megatron-LM's is --squared-relu); set the activation in its model code")
         if model.alibi:
             said = ("which Megatron-LM's --position-embedding-type does not offer: 'none' trains it without positions"
-                    if not megatron_deepspeed(job) else "so no position flag is emitted")
+                    if not megatron_deepspeed(job) else "so only --no-position-embedding is emitted (no learned table)")
             notes.append(f"{model.name} uses ALiBi attention biases, {said}; BigScience's Megatron-DeepSpeed fork, which "
                          "trained BLOOM, takes --position-embedding-type alibi (bigscience train/tr11-176B-ml)")
         elif not model.learned_pos_emb and not megatron_deepspeed(job):
             notes.append("the rotary base is not part of the costed shape: add your model's --rotary-base "
                          "(Llama 3: 500000; Megatron's default is 10000)")
+        elif not model.learned_pos_emb:
+            notes.append("the rotary base is not part of the costed shape: set your model's (Llama 3: 500000; "
+                         "10000 is the common default)")
         if c["zero"] >= 2 and not megatron_deepspeed(job):
             notes.append("do not export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron-FSDP (--use-megatron-fsdp) needs it "
                          "unset or above 1 (validate_args), also with tp or cp > 1")

@@ -611,3 +611,24 @@ def test_why_lines_show_no_difference_that_prints_as_zero():
     text = _delta_text(a, b)
     assert text == "compute -0.395 s"
     assert _delta_text(a, a) == "no difference that rounds to 1 ms"
+
+
+def test_a_part_filled_nvlink_domain_is_said(monkeypatch, capsys):
+    """A review (2026-12-02): 512 GB200s (7 NVL72 racks and 8 GPUs of an eighth) ran at half the tokens/s/GPU of
+    504 or 576 with no note: the groups reaching into the part-filled rack cross it through its 8 GPUs' NICs
+    (the documented placement, ``costs.comm.group_layout``). Now said, and only where a domain is part-filled."""
+    import perfmodel as pm
+    from perfmodel.notes import partial_domain_note
+
+    def note(gpu, n, gpn=None):
+        return partial_domain_note(pm.ClusterSpec.build(pm.load_gpu(gpu), n, gpn) if gpn else
+                                   pm.ClusterSpec.build(pm.load_gpu(gpu), n))
+
+    said = note("gb200", 512)
+    assert said and "7 NVLink domains of 72 and 8 GPUs" in said and "504 or 576" in said
+    assert note("gb200", 576) is None and note("gb200", 64) is None  # whole racks, or within one
+    assert "1 NVLink domain of 8 and 4 GPUs" in note("h100-sxm5-80gb", 12, 8)
+    assert note("h100-sxm5-80gb", 512, 8) is None
+    code, out, _ = run_cli(monkeypatch, capsys, "estimate", "--model", "llama3-8b", "--gpu", "gb200", "--gpus", "512",
+                           "--seq-len", "2048", "--global-batch", "1024", "--tp", "2", "--json")
+    assert code == 0 and any("NVLink domains of 72" in n for n in json.loads(out)["notes"])

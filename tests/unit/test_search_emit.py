@@ -342,6 +342,24 @@ def test_emit_notes_say_what_the_target_cannot_carry():
         "costed as megatron-lm runs it"]
 
 
+def test_emit_for_another_stack_says_what_its_own_stack_cannot_run():
+    """A review (2026-12-02): torchtitan's winner with FSDP beside a 32-stage pipeline was emitted as Megatron
+    flags (--use-megatron-fsdp with --pipeline-model-parallel-size 32) and as a DeepSpeed stage-3 config with
+    pp 32, both of which those engines refuse (rules.ZERO_PP), with only the 'costed as torchtitan' note."""
+    model = pm.load_model("llama3.1-405b")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 1536)
+    row = dict(tp=4, pp=32, dp=12, cp=1, vpp=1, micro_batch=1, sp=True, zero_stage=3, zeropp="", recompute="none",
+               cp_kind="ring", offload_fraction=0.0)
+    tt_job = pm.JobSpec(global_batch=1536, seq_len=8192, framework="torchtitan")
+    for target, own in (("megatron", "megatron-lm"), ("deepspeed", "deepspeed")):
+        notes = emit_notes(target, model, tt_job, row, cluster)
+        assert any(n.startswith(f"{own} cannot run this configuration") and "pipeline" in n for n in notes), notes
+    # the stack's own target, or a row its target's stack runs, gets no such note
+    assert not any("cannot run this configuration" in n for n in emit_notes("torchtitan", model, tt_job, row, cluster))
+    assert not any("cannot run this configuration" in n
+                   for n in emit_notes("megatron", model, tt_job, dict(row, zero_stage=1), cluster))
+
+
 def test_cli_emit_prints_and_returns_the_notes():
     args = ["recommend", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "64",
             "--seq-len", "8192", "--precision", "fp8", "--framework", "deepspeed", "--emit", "deepspeed"]
@@ -537,8 +555,14 @@ def test_alibi_models_get_no_rotary_flags(tmp_path):
     assert "ALiBi" in notes and "--position-embedding-type alibi" in notes and "--rotary-base" not in notes
     ds_flags = megatron_flags(bloom, _job(framework="megatron-deepspeed"), dict(row, vpp=1))
     assert "--use-rotary-position-embeddings" not in ds_flags
-    assert "--use-rotary-position-embeddings" in megatron_flags(pm.load_model("llama3-70b"),
-                                                                _job(framework="megatron-deepspeed"), dict(row, vpp=1))
+    llama_ds = megatron_flags(pm.load_model("llama3-70b"), _job(framework="megatron-deepspeed"), dict(row, vpp=1))
+    assert "--use-rotary-position-embeddings" in llama_ds
+    # a review (2026-12-02): Megatron-DeepSpeed adds a learned position table unless --no-position-embedding
+    # (add_position_embedding defaults on), which neither rotary nor ALiBi models were costed with
+    assert "--no-position-embedding" in llama_ds and "--no-position-embedding" in ds_flags
+    gpt = pm.load_model("gpt3-175b")
+    assert gpt.learned_pos_emb and "--no-position-embedding" not in megatron_flags(
+        gpt, _job(framework="megatron-deepspeed"), dict(row, vpp=1))
     base = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 16, "vocab_size": 1000}
     for cfg, expected in (({"model_type": "bloom", "n_embed": 1024, "n_layer": 2, "n_head": 16}, True),
                           ({"model_type": "mpt", "d_model": 1024, "n_layers": 2, "n_heads": 16, "attn_config": {}}, True),
