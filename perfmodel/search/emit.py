@@ -323,7 +323,9 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, row: Mapping) -> dict:
         cfg.pop("train_batch_size", None)
     if c["recompute"] != "none":
         cfg["activation_checkpointing"] = {
-            "partition_activations": c["tp"] > 1,
+            # partitioning the checkpoints over the TP ranks needs Megatron's mpu (deepspeed.checkpointing
+            # .configure(mpu_=...)), which AutoTP does not hand it; the costed memory does not assume it either
+            "partition_activations": c["tp"] > 1 and not autotp(job, c),
             "contiguous_memory_optimization": False,
             "cpu_checkpointing": False,
         }

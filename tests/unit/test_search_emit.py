@@ -411,6 +411,12 @@ def test_deepspeed_alone_takes_its_tensor_parallelism_from_autotp(tmp_path):
     assert not any("tp=" in n for n in notes) and any("train_batch_size is left out" in n for n in notes)
     mds = deepspeed_config(model, job.model_copy(update={"framework": "megatron-deepspeed"}), row)
     assert "tensor_parallel" not in mds
+    # checkpoints partitioned over the TP ranks need Megatron's mpu, which AutoTP does not give DeepSpeed's
+    # checkpointing (a review, 2026-12-02): asked for only under Megatron-DeepSpeed
+    full = dict(row, recompute="full")
+    assert deepspeed_config(model, job, full)["activation_checkpointing"]["partition_activations"] is False
+    assert deepspeed_config(model, job.model_copy(update={"framework": "megatron-deepspeed"}), full)[
+        "activation_checkpointing"]["partition_activations"] is True
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps(cfg))
     base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "256",
