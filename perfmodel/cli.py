@@ -142,7 +142,7 @@ def estimate(
     try:
         if gpus <= 0:
             raise InputError("gpus", f"must be a positive integer (got {gpus})")
-        for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
+        for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("vpp", vpp), ("micro_batch", micro_batch)):
             if value is not None and value <= 0:
                 raise InputError(name, f"must be a positive integer (got {value})")
         check_zeropp_option(zeropp)
@@ -194,6 +194,9 @@ def estimate(
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
+            if dp is not None and tp * pp * dp * cp != gpus:  # before the config's batch check blames its keys
+                raise InputError("dp", f"tp*pp*dp*cp must equal gpus (tp={tp}, pp={pp}, dp={dp}, cp={cp}, "
+                                       f"gpus={gpus})")
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
             ds = ds.filled(global_batch, micro_batch)  # the Trainer's "auto" batch keys, from the command line
             resolved = ds.batch(dp_ds)

@@ -462,10 +462,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     mb_col = _num(df, "micro_batch")
     # torchtitan (2024) splits the local batch into as many micro-batches as pipeline stages unless
     # told otherwise (--experimental.pipeline_parallel_microbatches, default: the number of stages)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # (a dp or pp of 0 is marked invalid elsewhere)
         per_stage = gb / (dp * pp)
-    stages_split = np.isin(framework, list(PP_MICROBATCHES_PER_STAGE)) & (pp > 1) & (per_stage >= 1) & (
-        np.mod(per_stage, 1) == 0)
+        stages_split = np.isin(framework, list(PP_MICROBATCHES_PER_STAGE)) & (pp > 1) & (per_stage >= 1) & (
+            np.mod(per_stage, 1) == 0)
     zero = _num(df, "zero_stage")
     zero_default = np.where(np.isin(framework, list(DISTRIBUTED_OPTIMIZER_DEFAULT)), 1.0,
                             np.where(np.isin(framework, list(FSDP_DEFAULT)), 3.0, 0.0))
@@ -475,7 +475,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     # ZeRO-3 / FSDP without pipelining gathers the parameters every micro-batch: the local batch in one
     with np.errstate(invalid="ignore", divide="ignore"):
         local = gb / dp
-    sharded_whole = (zero >= 3) & (pp == 1) & (local >= 1) & (np.mod(local, 1) == 0)
+        sharded_whole = (zero >= 3) & (pp == 1) & (local >= 1) & (np.mod(local, 1) == 0)
     mb = np.where(np.isnan(mb_col), np.where(stages_split, per_stage, np.where(sharded_whole, local, 1.0)), mb_col)
     heads = _num(df, "n_heads")
     kv = _num(df, "n_kv_heads")

@@ -76,6 +76,12 @@ GPT2_STYLE = frozenset({"gpt2", "gpt_bigcode", "gpt_neo", "gptj", "codegen", "bl
                         "refinedwebmodel", "mpt"})
 
 
+#: model types whose transformers class fixes the MLP when the config names no activation (the gated families
+#: below and the GPT-2-style, GPT-NeoX and OPT ones)
+MLP_BY_MODEL_TYPE = GPT2_STYLE | frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2",
+                                            "phi3", "gpt_neox", "opt"})
+
+
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     """Map a Hugging Face config.json (Llama/Mistral/Qwen/Gemma style or GPT-2 style) to a ModelSpec.
 
@@ -159,6 +165,10 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     act = text(act_key)
     if not act and not model_type:
         raise InputError("model.mlp", "config.json gives neither hidden_act nor model_type", where=where)
+    if not act and model_type not in MLP_BY_MODEL_TYPE:
+        # the MLP (gated or not) would be guessed: only the types whose class fixes it may leave it out
+        raise InputError("model.hidden_act", f"config.json of model_type {model_type!r} states no hidden_act: its "
+                         "MLP (gated SwiGLU or a plain GELU) would be a guess; add the activation", where=where)
     if act and act not in HF_ACTIVATIONS:
         raise InputError(f"model.{act_key}", f"activation {act!r} is not one perfmodel costs (one of "
                          f"{', '.join(sorted(HF_ACTIVATIONS))})", where=where)

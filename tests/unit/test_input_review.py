@@ -632,3 +632,32 @@ def test_a_part_filled_nvlink_domain_is_said(monkeypatch, capsys):
     code, out, _ = run_cli(monkeypatch, capsys, "estimate", "--model", "llama3-8b", "--gpu", "gb200", "--gpus", "512",
                            "--seq-len", "2048", "--global-batch", "1024", "--tp", "2", "--json")
     assert code == 0 and any("NVLink domains of 72" in n for n in json.loads(out)["notes"])
+
+
+def test_review_2026_12_02_bad_inputs(monkeypatch, capsys, tmp_path):
+    """A CLI review (2026-12-02): --dp 0 beside a DeepSpeed config crashed with a ZeroDivisionError traceback
+    (exit 1); a --dp that breaks tp*pp*dp*cp = gpus was blamed on the config's batch keys; an HF config of an
+    unknown model_type without hidden_act was costed as a plain GELU MLP, a guess; a runs row with dp 0 printed
+    numpy warnings on stderr."""
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_batch_size": 256, "bf16": {"enabled": True}}))
+    base = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "64", "--global-batch", "256",
+            "--deepspeed-config", str(ds)]
+    code, _, err = run_cli(monkeypatch, capsys, *base, "--dp", "0")
+    assert code == 2 and err.strip().splitlines() == ["error: dp: must be a positive integer (got 0)"]
+    code, _, err = run_cli(monkeypatch, capsys, *base, "--dp", "32")
+    assert code == 2 and err.startswith("error: dp: tp*pp*dp*cp must equal gpus") and len(err.strip().splitlines()) == 1
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "foobar", "hidden_size": 4096, "intermediate_size": 14336,
+                               "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 128256}))
+    code, _, err = run_cli(monkeypatch, capsys, "estimate", "--model", str(cfg), "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "8", "--global-batch", "8")
+    assert code == 2 and "model.hidden_act" in err and "foobar" in err
+    rows = pd.read_csv(Path(__file__).resolve().parents[2] / "calibration" / "data" / "runs" / "calibration_runs.csv",
+                       dtype=str, keep_default_na=False).head(3)
+    rows.loc[0, "dp"] = "0"
+    runs = tmp_path / "dp0.csv"
+    rows.to_csv(runs, index=False)
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "o.csv"))
+    assert code == 0 and "RuntimeWarning" not in err
+    assert pd.read_csv(tmp_path / "o.csv").status.iloc[0] == "invalid"
