@@ -133,7 +133,7 @@ def estimate(
     from perfmodel.catalog import load_model
     from perfmodel.estimate import check_model_split, derive_dp, estimate as run_estimate
     from perfmodel.notes import mfu_peak_text
-    from perfmodel.rules import default_zero_stage
+    from perfmodel.rules import GPUS, default_zero_stage
     from perfmodel.specs import ParallelSpec
     from perfmodel.specs.parallel import zeropp_text
 
@@ -194,9 +194,9 @@ def estimate(
             zero_stage, zeropp, hpz_size = ds.zero_stage, ",".join(sorted(ds.zeropp)), ds.hpz_partition_size
             # an fp8 / fp4 --precision is the matmuls' on top of the config's 16-bit mixed precision
             precision = precision if precision not in (None, "bf16", "fp16") else (ds.precision or precision)
-            if dp is not None and tp * pp * dp * cp != gpus:  # before the config's batch check blames its keys
-                raise InputError("dp", f"tp*pp*dp*cp must equal gpus (tp={tp}, pp={pp}, dp={dp}, cp={cp}, "
-                                       f"gpus={gpus})")
+            layout = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "n_gpus": gpus}
+            if dp is not None and GPUS.broken(layout):  # before the config's batch check blames its keys
+                raise InputError(GPUS.field, GPUS.message(layout))
             dp_ds = dp if dp is not None else derive_dp(gpus, tp, pp, cp)
             ds = ds.filled(global_batch, micro_batch)  # the Trainer's "auto" batch keys, from the command line
             resolved = ds.batch(dp_ds)

@@ -76,10 +76,10 @@ GPT2_STYLE = frozenset({"gpt2", "gpt_bigcode", "gpt_neo", "gptj", "codegen", "bl
                         "refinedwebmodel", "mpt"})
 
 
-#: model types whose transformers class fixes the MLP when the config names no activation (the gated families
-#: below and the GPT-2-style, GPT-NeoX and OPT ones)
-MLP_BY_MODEL_TYPE = GPT2_STYLE | frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2",
-                                            "phi3", "gpt_neox", "opt"})
+#: model types whose MLP is gated (gate, up, down) whatever the config says of its activation
+GATED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "phi3"})
+#: model types whose transformers class fixes the MLP when the config names no activation
+MLP_BY_MODEL_TYPE = GATED_MODEL_TYPES | GPT2_STYLE | frozenset({"gpt_neox", "opt"})
 
 
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
@@ -173,8 +173,7 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
         raise InputError(f"model.{act_key}", f"activation {act!r} is not one perfmodel costs (one of "
                          f"{', '.join(sorted(HF_ACTIVATIONS))})", where=where)
     # gated MLPs (gate, up, down): SwiGLU (silu) and GeGLU (Gemma's gelu_pytorch_tanh)
-    gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma",
-                                                                 "gemma2", "olmo", "olmo2", "phi3")
+    gated = act in ("silu", "swiglu", "swish") or model_type in GATED_MODEL_TYPES
     # a missing MLP width is GPT-2's documented default (n_inner: null -> 4 * n_embd), and only GPT-2's
     # (and its derivatives'): a gated config without one would take its class's default in transformers
     # (LlamaConfig: 11008 whatever the width), which is not 4h; a given one is used as is

@@ -433,12 +433,11 @@ def emit_notes(target: str, model: ModelSpec, job: JobSpec, row: Mapping, cluste
                     if not megatron_deepspeed(job) else "so only --no-position-embedding is emitted (no learned table)")
             notes.append(f"{model.name} uses ALiBi attention biases, {said}; BigScience's Megatron-DeepSpeed fork, which "
                          "trained BLOOM, takes --position-embedding-type alibi (bigscience train/tr11-176B-ml)")
-        elif not model.learned_pos_emb and not megatron_deepspeed(job):
-            notes.append("the rotary base is not part of the costed shape: add your model's --rotary-base "
-                         "(Llama 3: 500000; Megatron's default is 10000)")
         elif not model.learned_pos_emb:
-            notes.append("the rotary base is not part of the costed shape: set your model's (Llama 3: 500000; "
-                         "10000 is the common default)")
+            how = ("set your model's" if megatron_deepspeed(job)
+                   else "add your model's --rotary-base")
+            notes.append(f"the rotary base is not part of the costed shape: {how} (Llama 3: 500000; "
+                         "Megatron's default is 10000)")
         if c["zero"] >= 2 and not megatron_deepspeed(job):
             notes.append("do not export CUDA_DEVICE_MAX_CONNECTIONS=1: Megatron-FSDP (--use-megatron-fsdp) needs it "
                          "unset or above 1 (validate_args), also with tp or cp > 1")
