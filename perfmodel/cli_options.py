@@ -48,8 +48,10 @@ def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
     from perfmodel.api_inputs import checked_gpu_counts
     from perfmodel.errors import InputError
 
-    if text is None or not text.strip():
+    if text is None:
         return None
+    if not text.strip():  # given but blank ("--gpus-range ''", an unset shell variable): not "not given"
+        raise InputError(field, "is empty: give a comma list of GPU counts, e.g. 256,512,1024")
     parts = [p.strip() for p in text.split(",")]  # spaces around an item are fine; inside one ("8 16") not
     if not all(parts):  # "8,,16" or "8,": a count left out is a typo, not one count fewer
         raise InputError(field, f"has an empty item: give a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})")

@@ -160,7 +160,7 @@ SIZE_LIMITS = {
     "n_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "ffn_hidden_size": MAX_WIDTH, "n_heads": MAX_HEADS,
     "n_kv_heads": MAX_HEADS, "vocab_size": MAX_VOCAB, "seq_len": MAX_SEQ_LEN, "n_gpus": MAX_GPUS, "tp": MAX_GPUS,
     "pp": MAX_GPUS, "dp": MAX_GPUS, "cp": MAX_GPUS, "gpus_per_node": MAX_GPUS, "global_batch": MAX_COUNT,
-    "micro_batch": MAX_COUNT, "vpp": MAX_COUNT,
+    "micro_batch": MAX_COUNT, "vpp": MAX_COUNT, "ep": MAX_GPUS,
 }
 #: head dimension a blank head count aims at (GPT-3 175B, Llama, Mistral, Qwen: 128)
 DEFAULT_HEAD_DIM = 128
@@ -414,7 +414,7 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
         mark(_blank(stated, col), "invalid", f"{col}: blank (required)")
     # stated sizes: whole numbers >= 1 (checked as stated, before any blank is filled from them)
     sizes = ("n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "seq_len", "n_gpus", "tp", "pp", "dp",
-             "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node")
+             "global_batch", "cp", "vpp", "micro_batch", "n_kv_heads", "vocab_size", "gpus_per_node", "ep")
     for col in sizes:
         if col not in stated:
             continue
@@ -447,6 +447,10 @@ def runs_to_inputs(df: pd.DataFrame, calibration: Calibration | None = None):
     n_experts = _num(df, "n_experts")
     mark(n_experts < 0, "invalid", "n_experts: must be >= 0 (blank, 0 or 1 for a dense model)")
     mark(np.nan_to_num(n_experts) > 1, "unsupported", "n_experts: mixture-of-experts not modelled")
+    # expert parallelism splits the experts (data/README.md: "1 for dense models"): beside a dense model an
+    # ep > 1 says the row's model columns left its experts out
+    mark((np.nan_to_num(_num(df, "ep"), nan=1.0) > 1) & ~(np.nan_to_num(n_experts) > 1), "invalid",
+         "ep: expert parallelism needs a mixture-of-experts model (n_experts > 1); 1 or blank for a dense one")
     # ZeRO++ parts as a comma list (qwz, hpz, qgz; hpZ over one NVLink domain, a node on DGX-style machines,
     # as the tutorial recommends)
     zpp_sets = [frozenset(t.strip() for t in z.replace(";", ",").replace("+", ",").split(",") if t.strip())

@@ -41,6 +41,17 @@ def ranks_per_host(tables) -> int | None:
     return seen.pop() if len(seen) == 1 and 0 not in seen else None
 
 
+def check_node_size_matches(gpus_per_node: int | None, tables, where: str) -> None:
+    """Refuse a --gpus-per-node that the Rank lines of one nccl-tests file contradict (16 ranks on 2 hosts
+    given as nodes of 4 GPUs): the fit would cost its tables on nodes they did not run on."""
+    seen = ranks_per_host(tables)
+    if gpus_per_node is not None and seen is not None and seen != gpus_per_node:
+        hosts = sorted({t.n_nodes for t in tables if t.n_nodes and t.n_nodes >= 2})
+        raise InputError("gpus_per_node", f"{gpus_per_node} contradicts the nccl-tests Rank lines of {where} "
+                         f"({seen} ranks on each of {'/'.join(map(str, hosts))} hosts): give {seen} or leave "
+                         "--gpus-per-node out to take it from them")
+
+
 def node_size(spec: AcceleratorSpec, gpus_per_node: int | None, tables,
               scale_out_gbit_per_s: float | None) -> tuple[int, str]:
     """(GPUs per node, where that number comes from) for a calibrate run; says so on stderr when the

@@ -28,7 +28,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from perfmodel.calibrate.apply_collectives import (
-    DEFAULT_NODE_SIZE, drop_refused, fitted_values, merge_fit, node_size, tiers_fitted_apart,
+    DEFAULT_NODE_SIZE, check_node_size_matches, drop_refused, fitted_values, merge_fit, node_size, tiers_fitted_apart,
 )
 from perfmodel.calibrate.fit_collectives import fit_from_tables
 from perfmodel.calibrate.gpu_family import check_device_matches
@@ -402,6 +402,10 @@ def run_calibration(
             check_device_matches(spec.name, t.device_name, str(p))
     for p, summary in parsed_traces:
         check_device_matches(spec.name, summary.device_name, str(p))
+    # a given node size that the Rank lines contradict would cost a cross-host table as one node (or the
+    # reverse): the fit costs each table as it ran
+    for p, ts in parsed_nccl:
+        check_node_size_matches(gpus_per_node, ts, str(p))
     # the cluster every fit assumes (recorded in the provenance); a node size read from the Rank lines
     # serves the logs and traces too, as if given (same cluster)
     gpn, gpn_from = node_size(spec, gpus_per_node, [t for _, ts in parsed_nccl for t in ts], scale_out_gbit_per_s)

@@ -42,6 +42,11 @@ def assert_one_error(res, field=None):
     (["estimate", *BASE[:2], "--gpu", "a100-sxm4-80gb", *BASE[4:], "--precision", "fp8"], "precision"),
     (["recommend", *BASE, "--precision", "mxfp8"], "precision"),
     (["estimate", *BASE[:2], "--gpu", "v100-sxm2-16gb", *BASE[4:], "--precision", "bf16"], "precision"),
+    # a blank range (an unset shell variable) is refused, not read as "not given" (it said --gpus was missing,
+    # or searched --gpus alone beside it)
+    (["recommend", *BASE[:4], *BASE[6:], "--gpus-range", " "], "gpus_range: is empty"),
+    (["recommend", *BASE, "--gpus-range", ""], "gpus_range: is empty"),
+    (["report", *BASE, "--scaling-gpus", "", "--out", "never-written"], "scaling_gpus: is empty"),
 ])
 def test_bad_input_is_one_line(args, field):
     assert_one_error(run(*args), field)

@@ -133,6 +133,10 @@ def test_calibrate_same_input_twice(tmp_path):
     ({"tokens_per_s_per_gpu": "0"}, ("tokens_per_s_per_gpu", "> 0")),
     ({"iteration_time_s": "0", "tokens_per_s_per_gpu": ""}, ("iteration_time_s", "> 0")),
     ({"n_experts": "-2"}, ("n_experts", ">= 0")),
+    # expert parallelism: a whole number >= 1 (it was read and ignored), and > 1 only beside experts
+    ({"ep": "0"}, ("ep", "whole number >= 1")),
+    ({"ep": "-1"}, ("ep", "whole number >= 1")),
+    ({"ep": "8"}, ("ep", "mixture-of-experts")),
     ({"cp": "3", "n_gpus": "192", "seq_len": "2048"}, ("cp", "must divide seq_len")),
 ])
 def test_impossible_measurement_is_invalid(tmp_path, changes, words):

@@ -53,6 +53,21 @@ def test_nccl_tests_without_rank_lines_say_the_node_size_and_a_pinned_fit_applie
     assert latency < 100.0  # microseconds, not milliseconds
 
 
+def test_a_node_size_the_rank_lines_contradict_is_refused(tmp_path, monkeypatch, capsys):
+    """Polaris' run shows 4 ranks on each of 2 hosts: --gpus-per-node 8 would fit its cross-host table as one
+    NVLink node (the review found it written silently); the matching 4 still fits."""
+    out = tmp_path / "p.yaml"
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "8",
+                           "--nccl-tests", str(POLARIS_N2), "--out", str(out))
+    assert code == 2 and not out.exists(), err
+    assert err.strip().splitlines() == [
+        f"error: gpus_per_node: 8 contradicts the nccl-tests Rank lines of {POLARIS_N2} (4 ranks on each of 2 "
+        "hosts): give 4 or leave --gpus-per-node out to take it from them"]
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--gpu", "a100-sxm4-40gb", "--gpus-per-node", "4",
+                           "--nccl-tests", str(POLARIS_N2), "--out", str(out))
+    assert code == 0 and out.is_file() and "contradicts" not in err, err
+
+
 # ---- outputs never replace inputs ---------------------------------------------------------------------
 def test_validate_refuses_to_write_its_predictions_over_the_calibration(tmp_path, monkeypatch, capsys):
     cal = tmp_path / "cal.yaml"
