@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from perfmodel.constants import MIN_CONGESTION_NODES, CostConstants
-from perfmodel.errors import InputError, file_stamp, from_validation_error, read_text_file
+from perfmodel.errors import InputError, file_stamp, from_validation_error, read_text_file, say_note
 from perfmodel.frameworks import PROFILES, FrameworkProfile, framework_profile
 from perfmodel.shipped import data_root
 from perfmodel.specs.hardware import MAX_LATENCY_US, AcceleratorSpec
@@ -285,6 +285,11 @@ def _load(path_str: str, stamp: tuple[int, int] | None) -> Calibration:
     data = load_yaml(text, "calibration", str(path))
     if data is None:  # an empty file is the empty profile: datasheet numbers only
         data = {}
+    if not data or (isinstance(data, dict) and not any(data.get(k) for k in ("constants", "frameworks", "gpus",
+                                                                              "networks"))):
+        # said, as an empty file may be a mistake: nothing of the shipped profile is used with it
+        say_note(f"calibration {path}: holds no fitted values, so datasheet numbers only are used (not the shipped "
+                 "profile)")
     if not isinstance(data, dict):
         raise InputError("calibration", "must be a mapping with constants/frameworks/gpus", where=str(path))
     data = _lower_case_networks(data, str(path))

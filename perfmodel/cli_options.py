@@ -59,4 +59,7 @@ def parse_gpu_counts(text: str | None, field: str) -> list[int] | None:
         vals = [int(p) for p in parts]
     except ValueError:
         raise InputError(field, f"must be a comma list of GPU counts, e.g. 256,512,1024 (got {text!r})") from None
+    repeated = sorted({v for v in vals if vals.count(v) > 1})
+    if repeated:  # a typo, as --vary says (the counts were silently merged)
+        raise InputError(field, f"lists {', '.join(map(str, repeated))} more than once")
     return checked_gpu_counts(vals, field)

@@ -82,7 +82,8 @@ def from_validation_error(exc, prefix: str = "", where: str | None = None) -> In
         msg = "unknown key (not allowed)"
     elif first.get("type") == "missing" and loc:
         msg = f"{msg}{_misspelt_as(exc.errors(), first['loc'])}"
-    elif "input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict):
+    elif ("input" in first and first.get("type") not in ("missing",) and not isinstance(first["input"], dict)
+          and "(got " not in msg):  # a validator of ours that already says what it got
         msg = f"{msg} (got {first['input']!r})"
     return InputError(field, msg, where=where)
 

@@ -79,7 +79,12 @@ CLUSTER_COLUMNS = ("gpus_per_node", "scale_out_gbit_per_s_per_node")
 
 
 def _as_bool(value: Any) -> bool:
-    text = str(value).strip().lower()
+    """A switch: True/False, or the CLI's text (on/off, true/false, yes/no, 1/0); a number is not one."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if not isinstance(value, str):
+        raise InputError("sweep.zeropp_on", f"values must be true or false (got {value!r:.40})")
+    text = value.strip().lower()
     if text in {"1", "true", "on", "yes"}:
         return True
     if text in {"0", "false", "off", "no", ""}:
@@ -106,6 +111,17 @@ def _is_number(value) -> bool:
     return True
 
 
+def _sweep_key(name: str, value):
+    """What makes two values of a swept variable the same point: a number's value, a GPU's name, text."""
+    if name in NUMERIC:
+        return float(value)
+    if isinstance(value, AcceleratorSpec):
+        return value.name
+    if name == "zeropp_on":
+        return _as_bool(value)
+    return value if isinstance(value, Calibration) else str(value)
+
+
 def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
     if not isinstance(sweep, collections.abc.Mapping):
         raise InputError("sweep", "must be a mapping of variable names to lists of values, e.g. "
@@ -118,6 +134,8 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
             raise InputError("sweep", f"unknown variable {name!r}; one of {', '.join(VARIABLES)}")
         if isinstance(values, (str, bytes)):
             values = [values]
+        if isinstance(values, collections.abc.Mapping):  # list() of a dict is its keys: not what was meant
+            raise InputError(f"sweep.{name}", f"must be a list of values, not a mapping (got {values!r:.60})")
         try:
             values = list(values)
         except TypeError:
@@ -137,6 +155,12 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
             raise InputError(f"sweep.{name}", f"values must be at most {UPPER[name]:,} (got {values})")
         if name in WHOLE and not all(float(v) == int(float(v)) for v in values):
             raise InputError(f"sweep.{name}", f"values must be whole numbers (got {values})")
+        # a value listed twice is a typo (two identical rows), as the CLI's --vary says
+        keys = [_sweep_key(name, v) for v in values]
+        repeated = list(dict.fromkeys(str(v.name if isinstance(v, AcceleratorSpec) else v)
+                                      for v, k in zip(values, keys) if keys.count(k) > 1))
+        if repeated:
+            raise InputError(f"sweep.{name}", f"lists one value more than once ({', '.join(repeated)})")
         out[name] = values
     return out
 
@@ -311,6 +335,8 @@ def whatif(
     # (a calibration what-if sweeps profiles by path: the base one may be a path as well)
     calibration = api_calibration(calibration) if calibration is not None else None
     check_mode(mode)
+    if not isinstance(gpu_precision, (bool, np.bool_)):
+        raise InputError("gpu_precision", f"must be true or false (got {gpu_precision!r:.40})")
     if mode == "fixed" and parallel is None:
         raise InputError("parallel", "is required with mode fixed (the configuration to evaluate)")
     sweep = _check_sweep(sweep)

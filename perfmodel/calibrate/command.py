@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from perfmodel.calibrate.apply_collectives import (
     DEFAULT_NODE_SIZE, check_node_size_matches, drop_refused, fitted_values, merge_fit, node_size, tiers_fitted_apart,
 )
-from perfmodel.calibrate.fit_collectives import fit_from_tables
+from perfmodel.calibrate.fit_collectives import MIB, fit_from_tables
 from perfmodel.calibrate.gpu_family import check_device_matches
 from perfmodel.calibrate.provenance import base_record, cluster_record, rel as _rel, sha256_of
 from perfmodel.calibration_profile import Calibration, load_calibration
@@ -315,24 +315,31 @@ def _write_atomic(profile: dict, out: Path) -> None:
 
 
 def _content_digest(path: Path) -> str:
-    """SHA-256 of what a file holds: a gzip file's decompressed bytes (a ``trace.json.gz`` beside its own
-    ``trace.json`` is the same data), else the file's (``sha256_of``). An unreadable gzip stream: its raw bytes
-    (its parser then says what is wrong)."""
+    """SHA-256 of what a file holds, as its parser reads it: a gzip file's decompressed bytes (a ``trace.json.gz``
+    beside its own ``trace.json`` is the same data), with Windows line ends read as Unix ones and a leading
+    byte-order mark dropped (an editor's re-save of a log is the same log). An unreadable gzip stream: its raw
+    bytes (its parser then says what is wrong)."""
     import gzip
     import hashlib
 
     from perfmodel.errors import is_gzip
 
-    if not is_gzip(path):
-        return sha256_of(path)
-    h = hashlib.sha256()
+    def digest(fh) -> str:
+        h, carry, first = hashlib.sha256(), b"", True
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            chunk = carry + chunk
+            if first:
+                chunk, first = chunk.removeprefix(b"\xef\xbb\xbf"), False
+            carry = b"\r" if chunk.endswith(b"\r") else b""  # a CR LF split across two chunks
+            h.update((chunk[:-1] if carry else chunk).replace(b"\r\n", b"\n"))
+        h.update(carry)
+        return h.hexdigest()
+
     try:
-        with gzip.open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb")) as fh:
+            return digest(fh)
     except (OSError, EOFError):
         return sha256_of(path)
-    return h.hexdigest()
 
 
 def check_inputs_and_out(out: Path, inputs: dict[str, list]) -> None:
@@ -639,6 +646,14 @@ def _fit_nccl(parsed_nccl, spec, cluster: dict, network, cal: Calibration, echo,
     # the fabric's entry in the profile this fit is merged into (the shipped EFA one, say)
     inherited = dict(cal.networks.get((network or "").strip().lower(), {}))
     tables = [t for _, ts in parsed_nccl for t in ts]
+    # a bandwidth and a latency from one message size: any pair that meets that one time fits it exactly
+    # (one 32 MiB all_reduce row fitted a NIC efficiency of 0.29 where its whole sweep says 0.79)
+    sizes = {int(s) for t in tables if t.op is not None and (t.n_ranks or 0) > 1
+             for s in t.rows["size_bytes"] if s >= MIB}
+    if tables and len(sizes) == 1:
+        raise InputError("nccl_tests", f"one message size of 1 MiB or more ({next(iter(sizes)):,} bytes) in "
+                         f"{', '.join(str(p) for p, _ in parsed_nccl)}: a bandwidth and a latency need two or more; "
+                         "run nccl-tests over a range of sizes (e.g. -b 1M -e 1G -f 2)")
     fit = fit_from_tables(
         tables, paths=[str(p) for p, ts in parsed_nccl for _ in ts], gpu_name=spec,
         gpus_per_node=cluster["gpus_per_node"], scale_out_gbit_per_s_per_node=cluster["scale_out_gbit_per_s_per_node"],

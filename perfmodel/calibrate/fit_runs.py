@@ -173,6 +173,7 @@ def fit_runs(df: pd.DataFrame, base: Calibration | None = None, pairs: pd.DataFr
     framework = np.where(np.isin(framework, list(PROFILES)), framework, "generic")
     network = df.get("network", pd.Series([""] * len(df))).fillna("").astype(str).str.strip().str.lower().to_numpy()
     gpn = pd.to_numeric(df.get("gpus_per_node"), errors="coerce").to_numpy(dtype=float)
+    gpn = np.where(gpn >= 1, gpn, np.nan)  # (a node size of 0 or below marks the row invalid: never divide by it)
     n_nodes = pd.to_numeric(df["n_gpus"], errors="coerce").to_numpy(dtype=float) / np.nan_to_num(gpn, nan=8.0)
     n_nodes = np.maximum(n_nodes, 1.0)
     # GPUs with a measured fp8 MAMF / flash-attention rate keep it; the global values cover the others

@@ -138,6 +138,10 @@ def _recompute(args: dict, layers_per_chunk: int, where: str) -> str:
                              "modelled (selective is the attention core's, 'core_attn', Megatron's default)",
                              _at(args, "recompute_modules", where))
         return granularity
+    if granularity is not None:  # Megatron's argparse offers full and selective only (None: not set)
+        raise InputError("recompute_granularity", f"must be full, selective or None, as Megatron-LM's "
+                         f"--recompute-granularity choices (got {granularity!r:.40})",
+                         _at(args, "recompute_granularity", where))
     if _flag(args, "checkpoint_activations"):  # Megatron-LM before 2022: --checkpoint-activations = full
         return "full"
     if _flag(args, "recompute_activations"):  # 2022-: --recompute-activations = selective

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.errors import output_file, refuse_replacing_inputs, write_file_atomic
+from perfmodel.errors import output_file, refuse_replacing_inputs, say_note, write_file_atomic
 from perfmodel.report.data import ReportData
 from perfmodel.report.document import render
 from perfmodel.report.html import GENERATOR_META
@@ -116,8 +116,14 @@ def write_report(data: ReportData, out_dir: str | Path, inputs: Sequence[str | P
     # an earlier report's files that this one does not write go, so the folder holds one report; only those
     # its page says it wrote: a file of the user's that shares a name with one is not ours to remove
     earlier = _earlier_report_files(out / HTML_FILE)
+    # (the page is written after its files: one changed since then is the user's now, and stays)
+    page_written = (out / HTML_FILE).stat().st_mtime if earlier else 0.0
     for name in (*PNG_FILES.values(), RUNS_CSV):
         if name in earlier and name not in files and (out / name).is_file():
+            if (out / name).stat().st_mtime > page_written:
+                say_note(f"{out / name}: changed since the earlier report wrote it, so left in place (this report "
+                         "does not write it)")
+                continue
             (out / name).unlink()
     for name, content in files.items():
         write_file_atomic(out / name, content)

@@ -80,7 +80,7 @@ def whatif_command(
                                                    "ZeRO-3).")] = None,
     offload_fraction: Annotated[float, typer.Option(
         "--offload-fraction", help="Share of warm-up activations offloaded to host, 0..1 (mode fixed).")] = 0.0,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for whatif.csv and whatif.png.")] = None,
+    out: Annotated[Optional[str], typer.Option("--out", help="Folder for whatif.csv and whatif.png.")] = None,
     json_out: JsonOpt = False,
 ):
     """What would another GPU count, GPU, network, sequence length, batch, ZeRO++ or calibration buy?"""
@@ -96,6 +96,10 @@ def whatif_command(
     from perfmodel.whatif import check_mode, whatif
 
     try:
+        if out is not None:
+            if not out.strip():  # an unset shell variable, not "here" (as report): never fill the current folder
+                raise InputError("out", "must name a folder (got an empty value)")
+            out = Path(out)
         sweep = parse_vary(vary)
         spec = load_model(model)
         cluster = build_cluster(gpu, gpus, gpus_per_node, scale_out_gbit_per_s, network)
@@ -123,8 +127,13 @@ def whatif_command(
             # bad input for every point, not an infeasible sweep
             check_model_split(spec, tp, pp, framework)
         cal = load_calibration(calibration)
-        df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=cal,
-                    gpu_precision=precision is None)
+        try:
+            df = whatif(spec, cluster, job, sweep, mode=mode, parallel=par, calibration=cal,
+                        gpu_precision=precision is None)
+        except InputError as exc:  # the API's sweep.NAME is this command's --vary NAME
+            if exc.field.startswith("sweep."):
+                raise InputError("vary." + exc.field.removeprefix("sweep."), exc.rule, exc.where) from None
+            raise
     except (InputError, ValidationError) as exc:
         fail(exc)
     feasible = bool((df["status"] == "ok").any())

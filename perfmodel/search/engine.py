@@ -568,6 +568,10 @@ def search(
 
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise InputError("top", f"must be a positive integer (got {top!r})")
+    if not isinstance(progress, (bool, np.bool_)):
+        raise InputError("progress", f"must be true or false (got {progress!r:.40})")
+    if zeropp is not None and not isinstance(zeropp, (bool, np.bool_)):
+        raise InputError("zeropp", f"must be true, false or None (got {zeropp!r:.40})")
     from perfmodel.api_inputs import api_inputs, checked_gpu_counts
 
     model, cluster, job, _, calibration = api_inputs(model, cluster, job, None, calibration)

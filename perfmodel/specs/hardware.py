@@ -192,6 +192,8 @@ def check_network_name(network: str | None) -> None:
         raise InputError("network", f"must be a fabric's name, a string (got {type(network).__name__})")
     if network is not None and not network.strip():
         raise InputError("network", "must name a fabric (e.g. 'IB NDR', 'EFA'), not be empty; leave it out for none")
+    if network is not None and any(not ch.isprintable() for ch in network):  # a line break would split a profile key
+        raise InputError("network", f"must be printable text, a fabric's name (got {network!r:.60})")
 
 
 def check_node_size(gpu: AcceleratorSpec, gpus_per_node: int, scale_out_gbit_per_s_per_node: float | None) -> None:
@@ -219,8 +221,8 @@ def check_node_boards(gpu: AcceleratorSpec, gpus_per_node: int) -> None:
 
     board = gpu.nvlink_domain_gpus
     if board <= gpu.default_gpus_per_node and gpus_per_node > board and gpus_per_node % board:
-        raise InputError("gpus_per_node", f"above the {gpu.name}'s {board}-GPU NVLink board must be a multiple of "
-                         f"it, a node of whole boards (got {gpus_per_node})")
+        raise InputError("gpus_per_node", f"must be a multiple of the {gpu.name}'s {board}-GPU NVLink board when "
+                         f"larger than one board: a node holds whole boards (got {gpus_per_node})")
 
 
 def nvlink_domain(gpu: AcceleratorSpec, gpus_per_node: int) -> int:
@@ -253,7 +255,7 @@ class ClusterSpec(BaseModel):
     scale_out_gbit_per_s_per_node: float = Field(
         ge=MIN_GBIT_PER_S, le=MAX_GBIT_PER_S, allow_inf_nan=False, description="Total NIC bandwidth per node."
     )
-    scale_out_latency_us: float = Field(gt=0, allow_inf_nan=False)
+    scale_out_latency_us: float = Field(gt=0, le=MAX_LATENCY_US, allow_inf_nan=False)
     scale_out_latency_stated: bool = Field(
         default=False, description="The latency was given for this cluster; else it is the GPU profile's, and a "
         "calibrated profile's value for the GPU or fabric replaces it (estimate.build_inputs)."
@@ -316,6 +318,10 @@ class ClusterSpec(BaseModel):
             gpu = load_gpu(gpu)
         if not isinstance(gpu, AcceleratorSpec):
             raise InputError("gpu", f"must be an AcceleratorSpec or a catalog name (got {type(gpu).__name__})")
+        try:  # a spec changed with model_copy skipped its checks (an NVLink domain of 0 GPUs divided by zero below)
+            gpu = AcceleratorSpec.model_validate(gpu.model_dump())
+        except ValidationError as exc:
+            raise from_validation_error(exc, prefix="gpu") from None
         given = {"gpus_per_node": gpus_per_node, "scale_out_gbit_per_s_per_node": scale_out_gbit_per_s_per_node,
                  "scale_out_latency_us": scale_out_latency_us}
         for name, value in given.items():
@@ -326,6 +332,9 @@ class ClusterSpec(BaseModel):
             whole = isinstance(value, numbers.Real) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
             if not whole or value % 1:
                 raise InputError(name, f"must be a whole number of GPUs from 1 to {MAX_GPUS:,} (got {value!r})")
+        if scale_out_latency_us is not None and scale_out_latency_us > MAX_LATENCY_US:
+            raise InputError("scale_out_latency_us", f"must be at most {MAX_LATENCY_US:,.0f} us, a second per "
+                             f"collective step, as a GPU profile's (got {scale_out_latency_us!r})")
         if scale_out_gbit_per_s_per_node is not None and not (
                 MIN_GBIT_PER_S <= scale_out_gbit_per_s_per_node <= MAX_GBIT_PER_S):
             raise InputError("scale_out_gbit_per_s_per_node", f"must be from {MIN_GBIT_PER_S:g} to "

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from perfmodel.specs.checks import not_a_boolean, strict_boolean, whole_number
+from perfmodel.specs.checks import not_a_boolean, strict_boolean, strict_number, whole_number
 
 Recompute = Literal["none", "selective", "full", "balanced"]
 CpKind = Literal["ring", "ulysses"]
@@ -72,7 +72,7 @@ class ParallelSpec(BaseModel):
     @field_validator("offload_fraction", mode="before")
     @classmethod
     def _fraction_is_a_number(cls, value):
-        return not_a_boolean(value)
+        return strict_number(value)  # lax mode would read "0.5" as 0.5 (the API takes numbers)
 
     @field_validator("zeropp", mode="before")
     @classmethod

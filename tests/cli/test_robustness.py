@@ -135,8 +135,8 @@ def test_calibrate_says_which_runs_it_did_not_fit(tmp_path):
 
 @pytest.mark.parametrize("args,field", [
     # sizes past what the search arrays hold are refused wherever they are given
-    (["whatif", *BASE, "--vary", "seq_len=2048,99999999999"], "sweep.seq_len"),
-    (["whatif", *BASE, "--vary", "gpus=8,4294967296"], "sweep.gpus"),
+    (["whatif", *BASE, "--vary", "seq_len=2048,99999999999"], "vary.seq_len"),
+    (["whatif", *BASE, "--vary", "gpus=8,4294967296"], "vary.gpus"),
     (["whatif", *BASE, "--vary", "gpus=8,16.5"], "vary.gpus: values must be whole numbers"),
     (["recommend", *BASE, "--gpus-range", "16,1099511627776"], "gpus_range"),
     (["recommend", *BASE, "--objective", "cost", "--train-tokens", "inf", "--usd-per-gpu-hour", "2"], "train_tokens"),

@@ -676,3 +676,109 @@ def test_review_2026_12_02_bad_inputs(monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(monkeypatch, capsys, "validate", str(runs), "--out", str(tmp_path / "o.csv"))
     assert code == 0 and "RuntimeWarning" not in err
     assert pd.read_csv(tmp_path / "o.csv").status.iloc[0] == "invalid"
+
+
+# ---- an API / what-if / report review (2026-12-02, second) ------------------------------------------
+def test_whatif_refuses_an_empty_out_as_report_does(monkeypatch, capsys, tmp_path):
+    """`whatif --out ''` wrote whatif.csv and .png into the current folder (Path('') is '.')."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(monkeypatch, capsys, "whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "16", "--seq-len", "4096", "--global-batch", "64", "--vary", "gpus=8,16",
+                           "--out", "")
+    assert code == 2 and err.strip().splitlines() == ["error: out: must name a folder (got an empty value)"]
+    assert not list(tmp_path.iterdir())
+
+
+def test_cluster_build_rechecks_a_gpu_changed_with_model_copy():
+    """model_copy skips pydantic's checks: an NVLink domain of 0 GPUs divided by zero inside build, and a
+    latency of 1e12 us costed a 3,000,000 s step; both are InputErrors naming the field."""
+    import perfmodel as pm
+    from perfmodel.errors import InputError
+
+    gpu = pm.load_gpu("h100-sxm5-80gb")
+    for key in ("nvlink_domain_gpus", "default_gpus_per_node"):
+        with pytest.raises(InputError, match=f"gpu.{key}"):
+            pm.ClusterSpec.build(gpu.model_copy(update={key: 0}), 16)
+    with pytest.raises(InputError, match="scale_out_latency_us: must be at most"):
+        pm.ClusterSpec.build(gpu, 16, scale_out_latency_us=1e12)
+    assert pm.ClusterSpec.build(gpu, 16, scale_out_latency_us=1e6).scale_out_latency_us == 1e6
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 16]}, gpu_precision="yes"), "gpu_precision"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 16]}, gpu_precision=1), "gpu_precision"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"zeropp_on": [1]}), "sweep.zeropp_on: values must be true or false"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": {8: 1}}), "sweep.gpus: must be a list of values, not a mapping"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 8]}), "sweep.gpus: lists one value more than once"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpu": ["h100-sxm5-80gb", "h100-sxm5-80gb"]}), "sweep.gpu: lists"),
+    (lambda pm, m, c, j: pm.search(m, c, j, top=2, progress="yes"), "progress"),
+    (lambda pm, m, c, j: pm.search(m, c, j, top=2, zeropp=1), "zeropp"),
+])
+def test_api_switches_and_sweeps_take_what_they_say(call, field):
+    """The API read 'yes' and 1 as switches on, a dict as the list of its keys and a repeated value as two
+    identical rows, where the CLI refuses each."""
+    import perfmodel as pm
+    from perfmodel.errors import InputError
+
+    m, c = pm.load_model("llama3-8b"), pm.ClusterSpec.build(pm.load_gpu("h100-sxm5-80gb"), 16)
+    j = pm.JobSpec(global_batch=64, seq_len=4096)
+    with pytest.raises(InputError, match=field):
+        call(pm, m, c, j)
+
+
+def test_offload_fraction_is_a_number_not_text():
+    from pydantic import ValidationError
+
+    import perfmodel as pm
+
+    with pytest.raises(ValidationError, match="offload_fraction"):
+        pm.ParallelSpec(offload_fraction="0.5")
+    assert pm.ParallelSpec(offload_fraction=0.5).offload_fraction == 0.5
+
+
+def test_repeated_gpu_counts_are_refused_and_whatif_names_its_vary_option(monkeypatch, capsys, tmp_path):
+    """`--scaling-gpus 8,8` was merged silently; `whatif --vary gpus=0,8` said `sweep.gpus` (the API's name)
+    where `--vary gpus=1.5` said `vary.gpus`; a validator's '(got ...)' was printed twice."""
+    base = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--global-batch", "64"]
+    code, _, err = run_cli(monkeypatch, capsys, "report", *base, "--scaling-gpus", "8,8", "--out", str(tmp_path / "r"))
+    assert code == 2 and err.strip().splitlines() == ["error: scaling_gpus: lists 8 more than once"]
+    code, _, err = run_cli(monkeypatch, capsys, "whatif", *base, "--vary", "gpus=0,8")
+    assert code == 2 and err.startswith("error: vary.gpus: ") and len(err.strip().splitlines()) == 1
+    from perfmodel.errors import from_validation_error
+    from pydantic import ValidationError
+
+    import perfmodel as pm
+
+    with pytest.raises(ValidationError) as exc:
+        pm.ParallelSpec(tp="8")
+    assert str(from_validation_error(exc.value)).count("(got ") == 1
+
+
+def test_a_report_leaves_a_file_changed_since_the_earlier_report_wrote_it(monkeypatch, capsys, tmp_path):
+    """A report removes the earlier report's files it does not write (runs_predicted.csv without --runs): one
+    the user changed since is theirs now and stays, with a note; an unchanged one still goes."""
+    import os
+
+    base = ["report", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--gpus", "16", "--global-batch", "64",
+            "--out", str(tmp_path / "st")]
+    code, _, err = run_cli(monkeypatch, capsys, *base, "--runs", str(RUNS))
+    assert code == 0, err
+    mine = tmp_path / "st" / "runs_predicted.csv"
+    mine.write_text("my own notes\n")
+    later = (tmp_path / "st" / "report.html").stat().st_mtime + 5
+    os.utime(mine, (later, later))
+    code, _, err = run_cli(monkeypatch, capsys, *base)
+    assert code == 0 and "changed since the earlier report wrote it" in err
+    assert mine.read_text() == "my own notes\n"
+    assert not (tmp_path / "st" / "predicted_vs_measured.png").exists()
+
+
+def test_a_node_of_part_boards_is_said_in_one_readable_sentence():
+    import perfmodel as pm
+    from perfmodel.errors import InputError
+
+    gpu = pm.load_gpu("h100-sxm5-80gb").model_copy(update={"nvlink_domain_gpus": 3, "default_gpus_per_node": 6})
+    with pytest.raises(InputError) as exc:
+        pm.ClusterSpec.build(gpu, 16, 4)
+    assert str(exc.value) == ("gpus_per_node: must be a multiple of the h100-sxm5-80gb's 3-GPU NVLink board when "
+                              "larger than one board: a node holds whole boards (got 4)")

@@ -122,7 +122,7 @@ def test_deepspeed_profile_zero_latency_names_its_line(tmp_path, latency):
 
 def test_largest_int64_iteration_still_parses(tmp_path):
     path = tmp_path / "train.log"
-    path.write_text(f" iteration {2**63 - 1}/ 100 | elapsed time per iteration (ms): 10 |\n")
+    path.write_text(f" iteration {2**63 - 1}/ {2**63 - 1} | elapsed time per iteration (ms): 10 |\n")
     df = parse_training_log(path)
     assert df["iteration"].tolist() == [2**63 - 1] and df["iteration_time_s"].tolist() == [0.01]
 

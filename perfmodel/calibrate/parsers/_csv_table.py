@@ -29,7 +29,7 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
         header_line = 0
         rows: list[list[str]] = []
         lines: list[int] = []
-        for record in reader:
+        for record in _records(reader, path):
             if header is None:
                 if not record or record[0].lstrip().startswith("#"):
                     continue
@@ -51,6 +51,21 @@ def read_csv_text(path: str | Path) -> tuple[pd.DataFrame, list[int], int]:
                                  "perfmodel reads comma-separated CSV", f"{path}:{header_line}")
     require_unique_columns(header, path, header_line)
     return pd.DataFrame(rows, columns=header, dtype=object), lines, header_line
+
+
+def _records(reader, path: Path):
+    """The reader's records; a record the csv module refuses (a cell over its 131,072-character limit) is
+    an InputError naming its line, not a traceback."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            limit = "field larger than field limit" in str(exc)
+            rule = (f"has a cell longer than {csv.field_size_limit():,} characters, the most a CSV cell may hold here"
+                    if limit else f"cannot be read as CSV ({exc})")
+            raise InputError("csv row", rule, f"{path}:{reader.line_num}") from None
 
 
 _QUOTED_BODY = re.compile(r'(?:[^"]|"")*')

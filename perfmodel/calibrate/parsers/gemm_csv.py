@@ -53,12 +53,19 @@ def allowed_dtypes_text() -> str:
     return ", ".join(GEMM_DTYPES) + " (torch spellings such as bfloat16 or float16 also work)"
 
 
+#: the most two measurements of one shape may differ (max / min) and both be read as measurements of it
+MAX_REPEAT_SPREAD = 2.0
+
+
 def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
     """Columns m, n, k (int), dtype (canonical), time_s, tflop_per_s, plus any others in the
     file. Every row must hold positive whole m, n, k (<= ``MAX_DIM``), a known dtype and a
     finite time > 0; a file without data rows is an error."""
     df, lines, header_line = read_csv_text(path)
-    df = df.rename(columns={c: c.lower() for c in df.columns if c in ("M", "N", "K")})
+    # the columns this reader knows are read whatever their case (M,N,K,DTYPE,TIME_US as a spreadsheet writes
+    # them); a repeat in another case (M next to m) is refused below
+    known = {"m", "n", "k", "dtype", "batch", *_TIME_UNITS_S}
+    df = df.rename(columns={c: c.strip().lower() for c in df.columns if c.strip().lower() in known})
     require_unique_columns(df.columns, path, header_line)  # M next to m
     time_cols = [c for c in _TIME_UNITS_S if c in df.columns]
     if len(time_cols) > 1:
@@ -111,6 +118,17 @@ def parse_gemm_csv(path: str | Path) -> pd.DataFrame:
         i = int((df["time_s"] > MAX_TIME_S).to_numpy().nonzero()[0][0])
         raise InputError(time_col, f"must be at most {MAX_TIME_S:,.0f} s (a day): no matmul takes longer "
                          f"(got {cells[time_col].iloc[i]})", f"{path}:{lines[i]}")
+    # one shape measured twice is fine (repeated sweeps); twice at times more than 2x apart is a mix-up (a unit,
+    # another GPU), which the fit would split the difference of
+    key = ["m", "n", "k", "dtype", "batch"]
+    span = df.groupby(key)["time_s"].transform("max") / df.groupby(key)["time_s"].transform("min")
+    if (span > MAX_REPEAT_SPREAD).any():
+        i = int(np.flatnonzero((span > MAX_REPEAT_SPREAD).to_numpy())[0])
+        same = df[key].eq(df[key].iloc[i]).all(axis=1).to_numpy()
+        shown = ", ".join(f"{df['time_s'].iloc[j]:.3g} s (line {lines[j]})" for j in np.flatnonzero(same)[:3])
+        raise InputError(time_col, f"the shape {int(df['m'].iloc[i])}x{int(df['n'].iloc[i])}x{int(df['k'].iloc[i])} "
+                         f"{df['dtype'].iloc[i]} is measured {span.iloc[i]:.3g}x apart: {shown}; more than "
+                         f"{MAX_REPEAT_SPREAD:g}x is not run-to-run noise", f"{path}:{lines[i]}")
     flop = 2.0 * df["batch"].astype(float) * df["m"] * df["n"] * df["k"]
     df["tflop_per_s"] = flop / df["time_s"] / 1e12
     df.attrs.update({"path": str(path), "lines": list(lines), "time_column": time_col,

@@ -213,6 +213,10 @@ def _device_name(doc: dict, path: Path) -> str | None:
     if name is not None and not isinstance(name, str):
         raise InputError("deviceProperties[0].name", f"must be a string (got {name!r:.80})",
                          f"{path}:1")
+    models = sorted({p.get("name").strip() for p in props if isinstance(p.get("name"), str) and p.get("name").strip()})
+    if len(models) > 1:  # the first device's model was all that was checked against --gpu
+        raise InputError("deviceProperties", f"name more than one GPU model ({', '.join(models)}): a calibration is "
+                         "of one GPU, so trace each apart", f"{path}:1")
     return name
 
 
@@ -263,7 +267,10 @@ def parse_kineto_trace(path: str | Path) -> KinetoSummary:
                     continue
                 i, ev = value
                 n_events += 1
-                if not isinstance(ev, dict) or ev.get("ph") != "X":
+                if not isinstance(ev, dict):  # the Trace Event Format's events are objects; a number is an edit
+                    raise InputError(f"traceEvents[{i}]", f"must be an event object (got {ev!r:.60})",
+                                     f"{path}:{line}")
+                if ev.get("ph") != "X":
                     continue
                 try:
                     _summarise_event(ev, i, line, time_s, count, nccl_time_s, steps, colls, gemm_calls,

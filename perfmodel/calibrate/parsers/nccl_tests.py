@@ -61,6 +61,9 @@ _OP_NAME_RE = re.compile(rf"(?:^|[^a-z]){_OPS}(?:[^a-z]|$)", re.I)  # a file nam
 _RANK_RE = re.compile(r"#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+(?P<group>\d+)\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)"
                       r"\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<device>.*\S)")
 _NUMBER_LIKE_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?|[-+]?(nan|inf)", re.I)
+#: a byte count written with digit separators or in hex (1,048,576; 1_048_576; 0x100000): nccl-tests never
+#: prints one, so inside a table it is an edited row, not text to skip
+_SEPARATED_SIZE_RE = re.compile(r"\d{1,3}(?:[,_']\d{3})+|0[xX][0-9a-fA-F]+")
 _VERSION_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
 #: the data types nccl-tests prints in the ``type`` column (src/common.cu ``test_typenames``, with the older
 #: and alias spellings) and their size in bytes; a row of any other type is refused, not left unchecked
@@ -419,6 +422,17 @@ def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, ti
         if rank_lines_n is not None and int(r0) != rank_lines_n:
             raise InputError("size", f"size / (count x type size) = {int(r0)} ranks, but the file "
                              f"has {rank_lines_n} '#  Rank' lines; is a part of the file missing?", at(i0))
+    if rank_lines_n is not None and rank_lines_n > 1:
+        # busbw = algbw x the collective's factor for the rank count (nccl-tests' PERFORMANCE.md), as printed
+        factor = busbw_factor(op, rank_lines_n)
+        for side in ("oop", "ip"):
+            alg, bus = rows[f"{side}_algbw_gb_per_s"].to_numpy(float), rows[f"{side}_busbw_gb_per_s"].to_numpy(float)
+            off = np.isfinite(alg) & np.isfinite(bus) & (np.abs(bus - factor * alg) > 0.011 * factor + 0.01 * factor * alg)
+            if off.any():
+                i = int(np.flatnonzero(off)[0])
+                raise InputError(f"{'out-of-place' if side == 'oop' else 'in-place'} busbw",
+                                 f"{bus[i]:g} GB/s, but algbw {alg[i]:g} x {factor:.4g} ({op} on {rank_lines_n} ranks) is "
+                                 f"{factor * alg[i]:.4g}: busbw and algbw disagree", at(i))
     if time_column != "time":
         return
     for side in ("oop", "ip"):
@@ -436,10 +450,19 @@ def _check_rows(rows: pd.DataFrame, op: str | None, rank_lines_n: int | None, ti
 
 def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data: list[list],
             columns: list[str], row_lines: list[int], avg: float | None,
-            file_version: str | None, groups: dict[int, int] | None = None) -> NcclTestsResult:
-    """One table's result; ``row_lines`` is each data row's 1-based line in the file (for messages)."""
+            file_version: str | None, groups: dict[int, int] | None = None,
+            out_of_bounds: tuple[int, int] | None = None) -> NcclTestsResult:
+    """One table's result; ``row_lines`` is each data row's 1-based line in the file (for messages);
+    ``out_of_bounds``: (count, line) of a ``# Out of bounds values : N FAILED`` trailer."""
     first_line = row_lines[0]
     rows = pd.DataFrame(data, columns=columns)
+    if out_of_bounds is not None:
+        counted = sum(pd.to_numeric(rows[c], errors="coerce").fillna(0).sum() for c in ("oop_wrong", "ip_wrong")
+                      if c in rows)
+        if counted == 0:  # nccl-tests sums the rows' #wrong into that trailer
+            raise InputError("Out of bounds values", f"{out_of_bounds[0]} FAILED, but no row's #wrong counts a wrong "
+                             "value: the table and its check disagree (an edited file?); rerun the benchmark",
+                             f"{path}:{out_of_bounds[1]}")
     rows, lines = _drop_wrong(rows, np.asarray(row_lines, dtype=np.int64), f"{path}:{first_line}")
     rows, lines = _one_type(rows, lines, f"{path}:{first_line}")
     # the older layouts' 'error' column: the largest deviation from the expected result, where float
@@ -470,6 +493,10 @@ def _finish(path: Path, ctx: list[str], ranks: dict[int, tuple[str, str]], data:
         n_source = "bw_ratio" if n_ranks else None
     _check_rows(rows, op, n_ranks if n_source == "rank_lines" else None, time_column, path, lines)
     hosts = {h for h, _ in ranks.values()}
+    devices = sorted({d.strip() for _, d in ranks.values() if d and d.strip()})
+    if len(devices) > 1:  # one table is costed as one GPU's: its first rank's model was all that was checked
+        raise InputError("Rank lines", f"name more than one GPU model ({', '.join(devices)}): a calibration is of "
+                         "one GPU, so measure each apart", f"{path}:{first_line}")
     return NcclTestsResult(
         op=op, op_source=op_source if op else None, n_ranks=n_ranks, n_ranks_source=n_source,
         n_nodes=len(hosts) or None,
@@ -492,13 +519,14 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
     row_lines: list[int] = []  # each data row's 1-based line in the file
     avg: float | None = None
     trailer = False  # the table's '# Out of bounds' / '# Avg bus bandwidth' lines were seen
+    failed: tuple[int, int] | None = None  # (count, line) of an '# Out of bounds values : N FAILED' trailer
 
     def flush() -> None:
-        nonlocal ctx, ranks, groups, columns, data, row_lines, avg, trailer
+        nonlocal ctx, ranks, groups, columns, data, row_lines, avg, trailer, failed
         if columns is not None and data:
             results.append(_finish(path, ctx, ranks, data, columns, row_lines, avg,
-                                   file_version, groups))
-        ctx, ranks, groups, columns, data, row_lines, avg, trailer = [], {}, {}, None, [], [], None, False
+                                   file_version, groups, failed))
+        ctx, ranks, groups, columns, data, row_lines, avg, trailer, failed = [], {}, {}, None, [], [], None, False, None
 
     for lineno, raw in enumerate(lines, start=1):
         line = _strip_prefix(raw)
@@ -512,7 +540,15 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             columns, trailer = header, False
             continue
         if line.startswith("#"):
+            unit = re.search(r"\((ms|s|ns|sec)\)", line) if columns is not None and not data else None
+            if unit and "(B)" in line:  # the header's units line: nccl-tests prints times in us
+                raise InputError("time unit", f"nccl-tests prints times in microseconds, '(us)'; this header says "
+                                 f"'({unit.group(1)})': an edited table, whose times would be read as us",
+                                 f"{path}:{lineno}")
             trailer = trailer or (bool(data) and re.match(r"#\s*(Out of bounds|Avg bus)", line) is not None)
+            oob = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s+FAILED", line) if data else None
+            if oob and int(oob.group(1)) > 0:
+                failed = (int(oob.group(1)), lineno)
             m = re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S*)", line)
             if m and columns is not None:
                 try:
@@ -537,8 +573,8 @@ def parse_nccl_tests_all(path: str | Path) -> list[NcclTestsResult]:
             tokens = _row_cells(tokens, columns, where)
             data.append([_cell(t, c, where) for t, c in zip(tokens, columns)])
             row_lines.append(lineno)
-        elif columns is not None and (not trailer or len(tokens) == len(columns)) and _NUMBER_LIKE_RE.fullmatch(
-                tokens[0]):
+        elif columns is not None and (not trailer or len(tokens) == len(columns)) and (
+                _NUMBER_LIKE_RE.fullmatch(tokens[0]) or _SEPARATED_SIZE_RE.fullmatch(tokens[0])):
             # inside the table, a row whose size is not a whole number of bytes: a corrupted row, not text to
             # skip; after its trailer only a line with every cell ("1. run with ..." is a note, skipped)
             raise InputError("size", f"must be a whole number of bytes (got {tokens[0]!r})", f"{path}:{lineno}")

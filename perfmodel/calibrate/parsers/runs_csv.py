@@ -37,6 +37,9 @@ POSITIVE_COLUMNS = ["tokens_per_s_per_gpu", "iteration_time_s"]
 #: measured columns that are fractions of the peak (data/README.md: "fraction 0..1"); only mfu can be a
 #: row's ground truth, so only it is checked
 FRACTION_COLUMNS = ["mfu", "hfu"]
+#: the most a row's step time and its tokens/s may disagree (the throughput the step time gives over the
+#: stated one, either way); the shipped runs agree within 0.3%
+MAX_TIME_RATE_SPREAD = 1.5
 TEXT_COLUMNS = ["run_id", "source", "model_name", "mlp", "gpu", "network", "zeropp",
                 "recompute", "precision", "framework", "target", "derived_fields", "notes"]
 # Column order of the schema (data/README.md "Schema").
@@ -56,6 +59,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     require_columns(df, REQUIRED_COLUMNS, path, header_line)
     if df.empty:
         raise InputError("runs csv", "no data rows after the header", f"{path}:{header_line}")
+    present = set(df.columns)
     for col in SCHEMA_COLUMNS:
         if col not in df.columns:
             df[col] = np.nan
@@ -89,9 +93,24 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
             _note(row_errors, i, f"{col}: must be a fraction from 0 to 1 (got {df[col].iloc[i]:g}; a percent "
                   f"would be {df[col].iloc[i] / 100:g})")
     _check_tflops(df, row_errors, ~before["tflops_per_gpu"])
+    # a step time and a throughput of one row measure one thing: more than 1.5x apart, one is not this run's
+    with np.errstate(divide="ignore", invalid="ignore"):
+        implied = (df["global_batch"] * df["seq_len"] / df["iteration_time_s"] / df["n_gpus"]).to_numpy(dtype=float)
+        ratio = implied / df["tokens_per_s_per_gpu"].to_numpy(dtype=float)
+    for i in np.flatnonzero(np.isfinite(ratio) & (ratio > 0) & ((ratio > MAX_TIME_RATE_SPREAD)
+                                                               | (ratio < 1.0 / MAX_TIME_RATE_SPREAD))):
+        _note(row_errors, i, f"iteration_time_s: gives {implied[i]:.4g} tokens/s/GPU (global_batch x seq_len / "
+              f"n_gpus), {ratio[i]:.3g}x the row's tokens_per_s_per_gpu {df['tokens_per_s_per_gpu'].iloc[i]:g}")
     bad_target = df["target"].notna() & ~df["target"].isin(TARGETS)
     for i in np.flatnonzero(bad_target.to_numpy()):
         _note(row_errors, i, f"target: must be one of {', '.join(TARGETS)} (got {df['target'].iloc[i]!r})")
+    # the column a row names as its measurement must hold it: scoring another (a TFLOP/s beside a blank
+    # tokens/s) is a guess at what the source measured (a row that measures nothing is scored on nothing)
+    measures = df[TARGETS].notna().any(axis=1)
+    for col in TARGETS:
+        for i in np.flatnonzero(((df["target"] == col) & df[col].isna() & measures).to_numpy()):
+            _note(row_errors, i, f"target: names {col}, which is blank in this row" + (
+                "" if col in present else " (the CSV has no such column)"))
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     note_unknown_columns(extras, path, header_line)
     note_unknown_frameworks(df["framework"], path)

@@ -30,7 +30,7 @@ from perfmodel.errors import InputError, read_text_file, say_note
 COLUMNS = ["iteration", "iteration_time_s", "tokens_per_s_per_gpu", "tflop_per_s_per_gpu",
            "samples_per_s", "mfu", "framework", "line", "global_batch"]
 _NUM = r"([0-9][0-9,]*\.?[0-9]*(?:[eE][+-]?\d+)?)"
-_MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+_MEGATRON_IT = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 # in ms; BigScience's Megatron-DeepSpeed (the BLOOM fork) prints '(s)' with four decimals
 _ELAPSED_MS = re.compile(r"elapsed time per iteration \((ms|s)\):\s*" + _NUM)
 _ELAPSED_LABEL = re.compile(r"elapsed time per iteration \((ms|s)\):\s*([^|\s]*)")
@@ -133,9 +133,16 @@ def _check_row(row: dict, where: str) -> None:
             raise InputError(field, f"must be a finite number (got {value})", where)
 
 
+#: the longest step a log may report: a day (a 1e300 ms step is a broken line, not a measurement)
+MAX_ITERATION_TIME_S = 86_400.0
+
+
 def _check_time(time_s: float, where: str) -> None:
     if not np.isnan(time_s) and not 0.0 < time_s < np.inf:
         raise InputError("iteration_time_s", f"must be a finite time > 0 (got {time_s:g} s)", where)
+    if not np.isnan(time_s) and time_s > MAX_ITERATION_TIME_S:
+        raise InputError("iteration_time_s", f"must be at most {MAX_ITERATION_TIME_S:,.0f} s (a day) a step "
+                         f"(got {time_s:g} s)", where)
 
 
 def _drop_truncated_last(rows: list[dict], fields: dict[int, int], last_line: int, path: Path) -> list[dict]:
@@ -199,6 +206,10 @@ def parse_training_log(path: str | Path) -> pd.DataFrame:
             raise InputError("iteration_time_s", f"must be a finite time > 0 (got {label.group(2)!r} "
                              f"{label.group(1)})", f"{path}:{lineno}")
         row = _parse_line(text, lineno)
+        it = _MEGATRON_IT.search(text) if row is not None else None
+        if it and int(it.group(1)) > int(it.group(2)):  # "iteration N/M": M is the run's --train-iters
+            raise InputError("iteration", f"{it.group(1)} of {it.group(2)}: past the run's last iteration (an edited "
+                             "or mixed-up line)", f"{path}:{lineno}")
         if row is not None:
             _check_row(row, f"{path}:{lineno}")
             rows.append(row)
