@@ -48,6 +48,9 @@ def predict_runs(df: pd.DataFrame, calibration: Calibration | None = None) -> pd
         return np.choose(chosen, [np.asarray(t[key], dtype=float) for t in tries])
 
     ok = status == "ok"
+    # costed, but its measurement contradicts itself: predicted, and said why it is not scored
+    void = truth_errors(df)
+    reason = np.where(ok & (void != ""), np.char.add("not scored: ", void.astype(str)), reason)
     out = pd.DataFrame({
         "run_id": df["run_id"].to_numpy() if "run_id" in df else np.arange(n),
         "status": status,
@@ -113,8 +116,20 @@ def measured_tokens_per_s_per_gpu(df: pd.DataFrame) -> np.ndarray:
     if np.any(only_mfu):  # the rows whose MFU is all they measure (their inputs filled once more, for them only)
         truth = truth.copy()
         truth[only_mfu] = mfu_tokens_per_s_per_gpu(df[only_mfu])
-    # a measurement that is not a positive finite number cannot score a prediction
-    return np.where(np.isfinite(truth) & (truth > 0), truth, np.nan)
+    # a measurement that is not a positive finite number cannot score a prediction, nor one that contradicts
+    # itself (runs_csv.TRUTH_ERRORS: a blank target column beside another measurement, a step time and a
+    # throughput 1.5x apart)
+    void = truth_errors(df) != ""
+    return np.where(np.isfinite(truth) & (truth > 0) & ~void, truth, np.nan)
+
+
+def truth_errors(df: pd.DataFrame) -> np.ndarray:
+    """Per row, why its measurement cannot score a prediction ('' where it can), as the runs CSV reader says."""
+    from perfmodel.calibrate.parsers.runs_csv import TRUTH_ERRORS
+
+    if TRUTH_ERRORS not in df:
+        return np.full(len(df), "", dtype=object)
+    return df[TRUTH_ERRORS].fillna("").astype(str).to_numpy()
 
 
 def error_table(df: pd.DataFrame, pred: pd.DataFrame) -> tuple[pd.DataFrame, dict]:

@@ -512,7 +512,10 @@ def run_calibration(
         has_measurement = np.isfinite(measured) & (measured > 0)
         skipped = (pred0["status"].to_numpy() != "ok") | ~has_measurement
         if skipped.any() and not scorable.empty:  # said, never silently dropped
-            why = np.where(pred0["status"].to_numpy() != "ok", pred0["status"].to_numpy(), "no measurement")
+            from perfmodel.validate import truth_errors
+
+            why = np.where(pred0["status"].to_numpy() != "ok", pred0["status"].to_numpy(),
+                           np.where(truth_errors(df) != "", "measurement unusable", "no measurement"))
             counts = ", ".join(f"{k} {v}" for k, v in pd.Series(why[skipped]).value_counts().items())
             first = int(np.flatnonzero(skipped)[0])
             reason = pred0["reason"].iloc[first] or "no measured tokens/s, time, TFLOP/s or MFU"

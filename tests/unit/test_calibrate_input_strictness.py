@@ -120,37 +120,43 @@ def test_a_fabric_name_with_a_line_break_is_refused(monkeypatch, capsys, tmp_pat
     _one_error(code, err, "network: must be printable text")
 
 
-def test_a_row_whose_target_column_is_blank_is_invalid_not_scored_on_another(tmp_path):
-    """Without its tokens/s column a row targeting tokens/s was scored on its TFLOP/s, silently."""
+def test_a_row_whose_target_column_is_blank_is_predicted_but_scored_on_nothing(tmp_path):
+    """Without its tokens/s column a row targeting tokens/s was scored (and fitted) on its TFLOP/s, silently: its
+    inputs are fine, so it is still predicted, and says why it is not scored."""
     from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
-    from perfmodel.validate import predict_runs
+    from perfmodel.validate import error_table, predict_runs
 
     rows = pd.read_csv(RUNS, dtype=str, keep_default_na=False).head(3).drop(columns=["tokens_per_s_per_gpu"])
     rows["target"] = "tokens_per_s_per_gpu"
     rows["tflops_per_gpu"] = "100"
     path = tmp_path / "r.csv"
     rows.to_csv(path, index=False)
-    pred = predict_runs(read_runs_csv(path))
-    assert (pred["status"] == "invalid").all()
-    assert "target: names tokens_per_s_per_gpu, which is blank in this row (the CSV has no such column)" in \
-        pred["reason"].iloc[0]
+    df = read_runs_csv(path)
+    pred = predict_runs(df)
+    assert (pred["status"] == "ok").all() and pred["pred_tokens_per_s_per_gpu"].notna().all()
+    assert pred["reason"].iloc[0] == ("not scored: target: names tokens_per_s_per_gpu, which is blank in this row "
+                                      "(the CSV has no such column)")
+    assert error_table(df, pred)[1]["scored"] == 0
 
 
-def test_a_step_time_and_a_throughput_that_disagree_void_the_row(tmp_path):
+def test_a_step_time_and_a_throughput_that_disagree_are_not_scored(tmp_path):
     from perfmodel.calibrate.parsers.runs_csv import read_runs_csv
-    from perfmodel.validate import predict_runs
+    from perfmodel.validate import error_table, predict_runs
 
     rows = pd.read_csv(RUNS, dtype=str, keep_default_na=False)
     rows = rows[(rows["iteration_time_s"] != "") & (rows["tokens_per_s_per_gpu"] != "")].head(2).copy()
     assert len(rows) == 2
     ok_path = tmp_path / "ok.csv"
     rows.to_csv(ok_path, index=False)
-    assert (predict_runs(read_runs_csv(ok_path))["status"] == "ok").all()  # the shipped ones agree
+    df = read_runs_csv(ok_path)
+    assert error_table(df, predict_runs(df))[1]["scored"] == 2  # the shipped ones agree
     rows.iloc[0, rows.columns.get_loc("iteration_time_s")] = "1e300"
     bad = tmp_path / "bad.csv"
     rows.to_csv(bad, index=False)
-    pred = predict_runs(read_runs_csv(bad))
-    assert list(pred["status"]) == ["invalid", "ok"] and pred["reason"].iloc[0].startswith("iteration_time_s: gives")
+    df = read_runs_csv(bad)
+    pred = predict_runs(df)
+    assert list(pred["status"]) == ["ok", "ok"] and pred["reason"].iloc[0].startswith("not scored: iteration_time_s: gives")
+    assert error_table(df, pred)[1]["scored"] == 1
 
 
 def test_an_empty_calibration_file_is_said(monkeypatch, capsys, tmp_path):

@@ -55,8 +55,8 @@ def test_runs_optional_columns_added(tmp_path):
                                                 "framework": "torchtitan"}
     pd.DataFrame([row]).to_csv(path, index=False)
     df = read_runs_csv(path)
-    assert list(df.columns) == SCHEMA_COLUMNS + ["_row_errors"]
-    assert (df["_row_errors"] == "").all()
+    assert list(df.columns) == SCHEMA_COLUMNS + ["_row_errors", "_truth_errors"]
+    assert (df["_row_errors"] == "").all() and (df["_truth_errors"] == "").all()
     assert df["tp"].dtype == "int64" and df["mfu"].isna().all() and df["vpp"].isna().all()
 
 

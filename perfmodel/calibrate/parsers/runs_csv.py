@@ -19,6 +19,9 @@ from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_column
 REQUIRED_COLUMNS = ["run_id", "n_layers", "hidden_size", "seq_len", "gpu"]
 #: a row's cells that could not be read as numbers (the row is ``invalid``, the file still reads)
 ROW_ERRORS = "_row_errors"
+#: per row, why its measurement contradicts itself: the row is still costed (its inputs are fine), but scored
+#: and fitted on nothing (perfmodel.validate.measured_tokens_per_s_per_gpu)
+TRUTH_ERRORS = "_truth_errors"
 INT_COLUMNS = ["n_layers", "hidden_size", "ffn_hidden_size", "n_heads", "n_kv_heads",
                "vocab_size", "seq_len", "tied_embeddings", "n_experts", "moe_top_k", "n_gpus",
                "gpus_per_node", "tp", "pp", "dp", "cp", "ep", "vpp", "sp", "zero_stage",
@@ -64,6 +67,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = np.nan
     row_errors = [""] * len(df)
+    truth_errors = [""] * len(df)
     for col in BOOLEAN_COLUMNS:  # on/off columns written as words (True / false / yes ...) read as 1 / 0
         df[col] = df[col].map(lambda v: BOOLEAN_WORDS.get(v.strip().lower(), v) if isinstance(v, str) else v)
     for col in INT_COLUMNS:
@@ -99,7 +103,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
         ratio = implied / df["tokens_per_s_per_gpu"].to_numpy(dtype=float)
     for i in np.flatnonzero(np.isfinite(ratio) & (ratio > 0) & ((ratio > MAX_TIME_RATE_SPREAD)
                                                                | (ratio < 1.0 / MAX_TIME_RATE_SPREAD))):
-        _note(row_errors, i, f"iteration_time_s: gives {implied[i]:.4g} tokens/s/GPU (global_batch x seq_len / "
+        _note(truth_errors, i, f"iteration_time_s: gives {implied[i]:.4g} tokens/s/GPU (global_batch x seq_len / "
               f"n_gpus), {ratio[i]:.3g}x the row's tokens_per_s_per_gpu {df['tokens_per_s_per_gpu'].iloc[i]:g}")
     bad_target = df["target"].notna() & ~df["target"].isin(TARGETS)
     for i in np.flatnonzero(bad_target.to_numpy()):
@@ -109,7 +113,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     measures = df[TARGETS].notna().any(axis=1)
     for col in TARGETS:
         for i in np.flatnonzero(((df["target"] == col) & df[col].isna() & measures).to_numpy()):
-            _note(row_errors, i, f"target: names {col}, which is blank in this row" + (
+            _note(truth_errors, i, f"target: names {col}, which is blank in this row" + (
                 "" if col in present else " (the CSV has no such column)"))
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     note_unknown_columns(extras, path, header_line)
@@ -117,6 +121,7 @@ def read_runs_csv(path: str | Path) -> pd.DataFrame:
     note_repeated_run_ids(df["run_id"], lines, path)
     out = df[SCHEMA_COLUMNS + extras].copy()
     out[ROW_ERRORS] = row_errors
+    out[TRUTH_ERRORS] = truth_errors
     return out
 
 
