@@ -153,10 +153,37 @@ class Calibration(BaseModel):
         # efficiencies are its own silicon's), then the GPU's own values, which win
         sibling = {k: v for k, v in self.gpus.get(spec.calibration_from or "", {}).items() if k in SIBLING_KEYS}
         over = {**sibling, **{k: v for k, v in self.gpus.get(spec.name, {}).items() if k not in GPU_CONSTANT_KEYS}}
+        # a profile file under a catalog GPU's name that changes a value the calibration fitted for that GPU
+        # keeps its own (the calibration replaces the catalog's number, not an edit of it), and says so
+        edited = _edited_catalog_values(spec, over)
+        for key in edited:
+            over.pop(key)
+            _say_once(f"note: gpu {spec.name}: the profile's {key} = {getattr(spec, key):g} (the catalog's is "
+                      f"{edited[key]:g}) is used, not the calibration's {self.gpus[spec.name][key]:g} for that GPU")
         return spec.model_copy(update=over) if over else spec
 
 
 EMPTY = Calibration()
+
+_SAID: set[str] = set()
+
+
+def _say_once(text: str) -> None:
+    if text not in _SAID:
+        _SAID.add(text)
+        say_note(text.removeprefix("note: "))
+
+
+def _edited_catalog_values(spec: AcceleratorSpec, over: dict) -> dict[str, float]:
+    """{key: the catalog's value} of the keys in ``over`` that ``spec`` (a GPU of a catalog name) holds at
+    another value than the catalog profile of that name: a hardware-profile file copied and edited."""
+    from perfmodel.catalog import gpu_names, load_gpu
+
+    if not over or spec.name not in gpu_names():
+        return {}
+    catalog = load_gpu(spec.name)
+    return {k: getattr(catalog, k) for k in over
+            if hasattr(spec, k) and getattr(spec, k) != getattr(catalog, k)}
 
 
 NETWORK_KEYS = set(NETWORK_CONSTANT_KEYS) | set(NETWORK_GPU_KEYS) | set(NETWORK_SHAPE_DEFAULTS) | {"congestion_nodes"}

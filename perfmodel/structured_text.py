@@ -43,6 +43,28 @@ class _StrictYamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+    def construct_yaml_int(self, node):
+        # YAML 1.1 reads 040 as octal 32, 1:20 as base-60 80 and 0b101 as binary; YAML 1.2 and JSON read none of
+        # them so: refused, not silently read as another number
+        body = str(node.value).lstrip("+-")
+        if ":" in body or body[:2].lower() == "0b" or "_" in body or (
+                len(body) > 1 and body[0] == "0" and body[1:2].isdigit()):
+            raise InputError(self.field, f"{node.value!r} is a YAML 1.1 number form (octal 0NN, base-60 a:b, binary "
+                             "0b, or digits with _) that YAML 1.2 and JSON do not share: write the plain decimal",
+                             f"{self.where}:{node.start_mark.line + 1}")
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        if ":" in str(node.value) or "_" in str(node.value):  # base-60 (1:20.5) or digits with _ (YAML 1.1 only)
+            raise InputError(self.field, f"{node.value!r} is a YAML 1.1 number form that YAML 1.2 and JSON do not "
+                             "share: write the plain decimal", f"{self.where}:{node.start_mark.line + 1}")
+        return super().construct_yaml_float(node)
+
+
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", _StrictYamlLoader.construct_yaml_int)
+_StrictYamlLoader.add_constructor("tag:yaml.org,2002:float", _StrictYamlLoader.construct_yaml_float)
+
+
 class _NoAliasDumper(yaml.SafeDumper):
     """SafeDumper that writes a repeated object out again instead of as an anchor and alias."""
 

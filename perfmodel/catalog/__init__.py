@@ -80,6 +80,13 @@ GPT2_STYLE = frozenset({"gpt2", "gpt_bigcode", "gpt_neo", "gptj", "codegen", "bl
 GATED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo", "olmo2", "phi3"})
 #: model types whose transformers class fixes the MLP when the config names no activation
 MLP_BY_MODEL_TYPE = GATED_MODEL_TYPES | GPT2_STYLE | frozenset({"gpt_neox", "opt"})
+#: transformers classes that build a mixture of experts by default (their configs' expert counts default > 1:
+#: MixtralConfig num_local_experts 8, Qwen2MoeConfig num_experts 60, DeepseekV2/V3, DbrxConfig, OlmoeConfig, ...)
+MOE_MODEL_TYPES = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe",
+                             "granitemoe", "phimoe", "jetmoe", "jamba", "arctic", "minimax", "llama4_text"})
+#: types whose transformers config unties the output layer when tie_word_embeddings is absent (GPTNeoXConfig,
+#: GPTJConfig, PhiConfig: tie_word_embeddings=False), unlike PretrainedConfig's default
+UNTIED_MODEL_TYPES = frozenset({"gpt_neox", "gptj", "phi"})
 
 
 def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
@@ -124,6 +131,9 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
 
     # the spellings transformers maps onto these (GPT-2 n_embd, BLOOM n_embed, MPT/OLMo d_model,
     # n_heads, n_layers, GPT-Neo num_heads, num_layers)
+    if cfg.get("is_encoder_decoder") is not None and not isinstance(cfg.get("is_encoder_decoder"), bool):
+        raise InputError("model.is_encoder_decoder", f"must be a JSON boolean, true or false (got "
+                         f"{cfg.get('is_encoder_decoder')!r})", where=where)
     if cfg.get("is_encoder_decoder") is True or cfg.get("num_decoder_layers") is not None:
         raise InputError("model.is_encoder_decoder", "encoder-decoder models (T5, BART, ...) are not modelled "
                          "(decoder-only transformers only)", where=where)
@@ -142,6 +152,14 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if isinstance(nested, int) and not isinstance(nested, bool) and nested > 1:
         raise InputError("model", f"mixture-of-experts (ffn_config.moe_num_experts={nested}) is not modelled (dense "
                          "transformers only)", where=where)
+    if isinstance(nested, str) or (isinstance(ffn_block, dict) and nested is not None and not isinstance(nested, int)):
+        raise InputError("model.ffn_config.moe_num_experts", f"must be a JSON integer (got {nested!r})", where=where)
+    # the classes that build experts (or latent attention) whatever the keys say: transformers fills their
+    # defaults (MixtralConfig num_local_experts 8, DeepseekV2Config kv_lora_rank 512, ...)
+    mtype = str(cfg.get("model_type") or "").strip().lower()
+    if mtype in MOE_MODEL_TYPES:
+        raise InputError("model.model_type", f"{mtype!r} is a mixture-of-experts model (its class builds experts "
+                         "by default): not modelled (dense transformers only)", where=where)
     for key in ("kv_lora_rank", "q_lora_rank"):
         if cfg.get(key) is not None:  # DeepSeek-V2/V3: low-rank compressed keys/values and queries
             raise InputError(f"model.{key}", "multi-head latent attention (MLA) is not modelled (standard or grouped-"
@@ -186,14 +204,19 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
                 raise InputError("model.ffn_hidden_size", f"expansion_ratio must be a positive number giving a whole "
                                  f"MLP width with d_model={hidden} (got {ratio!r})", where=where)
             default_ffn = int(ratio * hidden)
-        ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", default=default_ffn)
+        if not model_type and pick("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim") is None:
+            # without a model_type nothing says the width is GPT-2's 4h
+            raise InputError("model.ffn_hidden_size", "config.json gives no MLP width (intermediate_size) and no "
+                             "model_type whose class fixes one", where=where)
+        ffn = integer("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size",
+                      default=default_ffn)
     else:
-        ffn = need("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim")
+        ffn = need("ffn_hidden_size", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
     tied = pick("tie_word_embeddings")
     if tied is None:
         # transformers' defaults when the key is absent: PretrainedConfig and GemmaConfig tie,
         # LlamaConfig-style gated configs do not
-        tied = not gated or (model_type or "").startswith("gemma")
+        tied = (not gated or (model_type or "").startswith("gemma")) and model_type not in UNTIED_MODEL_TYPES
     elif not isinstance(tied, bool):
         raise InputError("model.tied_embeddings", f"tie_word_embeddings must be a JSON boolean, true or false "
                          f"(got {tied!r})", where=where)
@@ -279,9 +302,13 @@ def load_model(ref: str | Path) -> ModelSpec:
         raise InputError("model", "model YAML must be a mapping of ModelSpec fields", where=str(path))
     data.setdefault("name", path.stem)
     try:
-        return ModelSpec(**data)
+        spec = ModelSpec(**data)
     except ValidationError as exc:
         raise from_validation_error(exc, "model", where=str(path)) from None
+    if "mlp" not in data:  # 2 or 3 matrices is a third of the layer: not guessed (as a config.json's activation)
+        raise InputError("model.mlp", "required in a model YAML: gelu (2 matrices), swiglu (3) or relu2 (2)",
+                         where=str(path))
+    return spec
 
 
 @lru_cache(maxsize=64)

@@ -93,7 +93,10 @@ def _delta_text(a: pd.Series, b: pd.Series, n: int = 3) -> str:
     top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:n]
     # (a difference that prints as 0.000 is not shown)
     shown = ", ".join(f"{k} {v:+.3f}{unit}" for k, v in top if abs(v) >= 0.0005)
-    return (f"(step time x GPUs) {shown}" if per_gpu and shown else shown) or "no difference that rounds to 1 ms"
+    if per_gpu:  # the step times themselves differ (about as the GPU counts): said beside the GPU-seconds
+        steps = f"step {float(a['iteration_time_s']):.3f} s vs {float(b['iteration_time_s']):.3f} s"
+        return f"(step time x GPUs) {shown or 'no difference that rounds to 1 GPU-ms'}; {steps}"
+    return shown or "no difference that rounds to 1 ms"
 
 
 def _gain_text(win: pd.Series, run: pd.Series, objective: str) -> str:
@@ -125,8 +128,9 @@ def _why_context_parallel(ev: Evaluated, win) -> str | None:
         return None
     c, m = ev.configs, ev.metrics
     no_cp = c["cp"] == 1
-    if not no_cp.any():
-        return None
+    if not no_cp.any():  # (the winner's GPU count keeps every valid configuration: none without CP was valid)
+        return (f"why cp={int(win['cp'])}: no layout without context parallelism is valid for this job on "
+                f"{ev.n_gpus:,} GPUs (its batch, heads and layers cannot fill them without splitting the sequence)")
     fit = no_cp & m["fits"]
     least = float(np.min(np.where(no_cp, m["memory_gib"], np.inf)))
     if not fit.any():
@@ -149,8 +153,12 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
         lines.append(cp_line)
     if len(df) > 1:
         run = df.iloc[1]
+        gain = _gain_text(win, run, result.objective)
+        if gain.startswith(("+0.0%", "-0.0%")):  # as fast: what decides between equals is said (README)
+            gain += (" (equal within 0.05%; equals are ranked by less activation offloading, then less memory, "
+                     "then fewer GPUs)")
         lines.append(
-            f"winner vs runner-up ({_diff_keys(win, run)}): {_gain_text(win, run, result.objective)}; "
+            f"winner vs runner-up ({_diff_keys(win, run)}): {gain}; "
             f"time {_delta_text(win, run)}; memory {win['memory_gib'] - run['memory_gib']:+.1f} GiB"
         )
     gi = int(result.source_gpu_index[0])
@@ -181,9 +189,14 @@ def explain(result: SearchResult, gpus_per_node: int, framework: str | None = No
                      "smallest PP that fits)")
         return lines
     full = pd.Series({**row, **b.to_dict()})
+    # the edge in the objective's terms, as for the runner-up: a step's cost is GPUs x time (tokens/s/GPU alone
+    # sets it), the time to train 1 / (tokens/s/GPU x GPUs)
+    ratio = win["tokens_per_s_per_gpu"] / tps
+    edge = {"cost": f"{1.0 / ratio - 1.0:+.1%} cost",
+            "time-to-train": f"{tps * ev.n_gpus / (win['tokens_per_s_per_gpu'] * win['n_gpus']) - 1.0:+.1%} time to "
+                             "train"}.get(result.objective, f"{ratio - 1.0:+.1%} tokens/s/GPU")
     lines.append(
         f"winner vs common default {describe(row)} ({tps:,.0f} tokens/s/GPU, "
-        f"{float(ev.metrics['memory_gib'][d]):.1f} GiB): "
-        f"{win['tokens_per_s_per_gpu'] / tps - 1.0:+.1%} tokens/s/GPU; time {_delta_text(win, full)}"
+        f"{float(ev.metrics['memory_gib'][d]):.1f} GiB): {edge}; time {_delta_text(win, full)}"
     )
     return lines

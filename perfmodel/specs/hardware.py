@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from perfmodel.limits import MAX_GBIT_PER_S, MAX_GPUS, MIN_GBIT_PER_S
-from perfmodel.specs.checks import not_a_boolean, strict_number
+from perfmodel.specs.checks import not_a_boolean, strict_number, whole_number
 from perfmodel.specs.job import Precision
 from perfmodel.units import GIB_BYTES, TFLOP, gb_per_s_to_bytes_per_s
 
@@ -36,7 +36,7 @@ class AcceleratorSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(description="Catalog name, e.g. 'h100-sxm5-80gb'.")
+    name: str = Field(min_length=1, pattern=r"\S", description="Catalog name, e.g. 'h100-sxm5-80gb'.")
     display_name: str = Field(description="Vendor name.")
     peak_dense_tflop_per_s: dict[str, PeakTflopPerS] = Field(
         description="Dense (no sparsity) tensor-core peak per precision: bf16, fp16, fp8, ... (TFLOP/s, "
@@ -104,7 +104,7 @@ class AcceleratorSpec(BaseModel):
     @field_validator("n_sms", "nvlink_domain_gpus", "default_gpus_per_node", mode="before")
     @classmethod
     def _not_a_boolean(cls, value):
-        return not_a_boolean(value, "integer")
+        return whole_number(value)  # not true/false, nor a quoted '132' (lax mode would read both)
 
     @field_validator("*", mode="before")
     @classmethod

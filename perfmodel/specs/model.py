@@ -28,7 +28,7 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(description="Display name, e.g. 'llama3-70b'.")
+    name: str = Field(min_length=1, pattern=r"\S", description="Display name, e.g. 'llama3-70b'.")
     n_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer layers l.")
     hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Model width h.")
     ffn_hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="MLP inner width (4h for GPT).")

@@ -782,3 +782,22 @@ def test_a_node_of_part_boards_is_said_in_one_readable_sentence():
         pm.ClusterSpec.build(gpu, 16, 4)
     assert str(exc.value) == ("gpus_per_node: must be a multiple of the h100-sxm5-80gb's 3-GPU NVLink board when "
                               "larger than one board: a node holds whole boards (got 4)")
+
+
+def test_a_runner_up_on_another_gpu_count_at_equal_speed_is_said_as_such():
+    """A review (2026-12-02): with --gpus-range, 128 vs 64 GPUs at equal tokens/s/GPU printed 'time no
+    difference that rounds to 1 ms' beside step times of 1.968 and 3.935 s, and did not say the tie-break chose."""
+    import perfmodel as pm
+    from perfmodel.search.engine import run_search
+    from perfmodel.search.explain import explain
+
+    model, job = pm.load_model("llama3-8b"), pm.JobSpec(global_batch=256, seq_len=8192, framework="torchtitan")
+    cluster = pm.ClusterSpec.build(pm.load_gpu("h200-sxm-141gb"), 128, 8)
+    res = run_search(model, cluster, job, gpu_counts=[8, 16, 32, 64, 128], top=5)
+    win, run = res.candidates.iloc[0], res.candidates.iloc[1]
+    line = next(ln for ln in explain(res, 8) if ln.startswith("winner vs runner-up"))
+    assert win["n_gpus"] != run["n_gpus"]
+    assert f"step {win['iteration_time_s']:.3f} s vs {run['iteration_time_s']:.3f} s" in line
+    assert "rounds to 1 ms" not in line
+    if abs(win["tokens_per_s_per_gpu"] / run["tokens_per_s_per_gpu"] - 1.0) < 0.0005:
+        assert "equal within 0.05%; equals are ranked by less activation offloading" in line
