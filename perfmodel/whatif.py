@@ -117,6 +117,8 @@ def _sweep_key(name: str, value):
         return float(value)
     if isinstance(value, AcceleratorSpec):
         return value.name
+    if name in ("gpu", "calibration") and isinstance(value, (str, Path)) and Path(value).is_file():
+        return str(Path(value).resolve())  # one file under two spellings (same.yaml, ./same.yaml)
     if name == "zeropp_on":
         return _as_bool(value)
     return value if isinstance(value, Calibration) else str(value)

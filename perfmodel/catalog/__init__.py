@@ -289,13 +289,13 @@ def load_model(ref: str | Path) -> ModelSpec:
         raise InputError("model", f"'{ref}' is a folder without a config.json")
     elif not path.is_file():
         raise InputError("model", f"'{ref}' is not a regular file" if path.exists() else f"no such file '{ref}'")
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json" or path.name.lower().endswith(".json.gz"):  # CONFIG.JSON too
         cfg = load_json(read_text_file(path, "model"), "model", str(path))
         if not isinstance(cfg, dict):
             raise InputError("model", "config.json must hold a JSON object", where=str(path))
         # a Hugging Face folder's config.json is named by its folder (Llama-3.1-8B/config.json), any other
         # JSON file by its own name (models/mistral7b.json: mistral7b, not "models")
-        name = (path.resolve().parent.name or path.stem) if path.name == "config.json" else path.stem
+        name = (path.resolve().parent.name or path.stem) if path.name.lower() == "config.json" else path.stem
         return _model_from_hf_config(cfg, name, str(path))
     data = _read_yaml(path, "model")
     if not isinstance(data, dict):

@@ -120,15 +120,16 @@ class AcceleratorSpec(BaseModel):
             if p not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"unsupported_precisions: '{p}' is not in peak_dense_tflop_per_s (list only "
                                  "precisions the peak table names as a base the GPU cannot train in)")
-        for key in ("bf16", "fp16"):
-            if key not in self.peak_dense_tflop_per_s:
-                raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
         for key in sorted(set(self.peak_dense_tflop_per_s) - set(PEAK_PRECISIONS)):
             # a datasheet's other rows (fp64, int8) are kept unused; a modelled precision spelled
-            # otherwise (FP8, fp-8) would be silently unused too, so it is refused
+            # otherwise (FP8, fp-8, BF16) would be silently unused too, so it is refused (before the bf16 /
+            # fp16 check below, which would only say the base is missing)
             spelled = "".join(ch for ch in key.lower() if ch not in "-_ ")
             if spelled in PEAK_PRECISIONS:
                 raise ValueError(f"peak_dense_tflop_per_s: {key!r} must be spelled {spelled!r}")
+        for key in ("bf16", "fp16"):
+            if key not in self.peak_dense_tflop_per_s:
+                raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
         domain, node = self.nvlink_domain_gpus, self.default_gpus_per_node
         if domain % node and node % domain:
             # nvlink_domain() could only guess what such a board means (it silently took the whole node)

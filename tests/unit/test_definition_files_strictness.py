@@ -101,3 +101,25 @@ def test_hf_config_defaults_of_falcon_and_gpt_neox_are_transformers_own(tmp_path
                                    "num_attention_heads": 32, "vocab_size": 50304, "intermediate_size": 10240,
                                    "hidden_act": "gelu"}))
         assert load_model(cfg).tied_embeddings is False
+
+
+def test_small_readings_of_definition_files(monkeypatch, capsys, tmp_path):
+    """A peak table spelled BF16 said only that bf16 was missing; an upper-case CONFIG.JSON was read as a model
+    YAML; one GPU file under two spellings in --vary gpu= made two identical points."""
+    import perfmodel as pm
+    from pydantic import ValidationError
+
+    d = pm.load_gpu("h100-sxm5-80gb").model_dump()
+    d["peak_dense_tflop_per_s"] = {("BF16" if k == "bf16" else k): v for k, v in d["peak_dense_tflop_per_s"].items()}
+    with pytest.raises(ValidationError, match="'BF16' must be spelled 'bf16'"):
+        pm.specs.AcceleratorSpec(**d)
+    upper = tmp_path / "m" / "CONFIG.JSON"
+    upper.parent.mkdir()
+    upper.write_text(json.dumps(LLAMA))
+    assert pm.load_model(upper).ffn_hidden_size == 14336
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text((ROOT / "hardware_profiles" / "h100-sxm5-80gb.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(monkeypatch, capsys, "whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb",
+                           "--gpus", "16", "--global-batch", "64", "--vary", "gpu=g.yaml,./g.yaml")
+    assert code == 2 and "vary.gpu: lists one value more than once" in err
