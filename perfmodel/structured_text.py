@@ -110,7 +110,9 @@ def load_yaml(text: str, field: str, where: str):
         return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(field, "not valid YAML", where=f"{where}:{mark.line + 1}" if mark else where) from None
+        problem = getattr(exc, "problem", None)  # PyYAML's own words (a merge key <<: without a mapping, ...)
+        raise InputError(field, "not valid YAML" + (f" ({problem})" if problem else ""),
+                         where=f"{where}:{mark.line + 1}" if mark else where) from None
     except RecursionError:
         raise InputError(field, TOO_DEEP, where) from None
     except ValueError as exc:

@@ -248,6 +248,9 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     elif gated and cfg.get("attention_bias") is True:
         notes.append(f"{where}: attention_bias (biases on the query/key/value and output projections) is not costed, "
                      "and Megatron-LM has no flag for it without the MLP's biases: the emitted flags drop them")
+    if gated and cfg.get("mlp_bias") is True:  # LlamaConfig.mlp_bias: biases on gate, up and down
+        notes.append(f"{where}: mlp_bias (biases on the MLP's projections) is not costed (a few parameters a layer), "
+                     "and the emitted flags drop them")
     data = dict(
         name=name,
         n_layers=layers,

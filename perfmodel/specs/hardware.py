@@ -29,6 +29,9 @@ MAX_LATENCY_US = 1e6  # a second per collective step
 
 #: the precisions the model reads from a peak table (the GEMM benchmark CSV's dtypes are the same)
 PEAK_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
+#: other names of a peak-table precision (a datasheet's e4m3 row is the fp8 one)
+PEAK_ALIASES = {"e4m3": "fp8", "fp8e4m3": "fp8", "float8": "fp8", "bfloat16": "bf16", "float16": "fp16",
+                "half": "fp16", "float32": "fp32"}
 
 
 class AcceleratorSpec(BaseModel):
@@ -125,11 +128,17 @@ class AcceleratorSpec(BaseModel):
             # otherwise (FP8, fp-8, BF16) would be silently unused too, so it is refused (before the bf16 /
             # fp16 check below, which would only say the base is missing)
             spelled = "".join(ch for ch in key.lower() if ch not in "-_ ")
+            spelled = PEAK_ALIASES.get(spelled, spelled)  # e4m3 / float8 are fp8 here
             if spelled in PEAK_PRECISIONS:
                 raise ValueError(f"peak_dense_tflop_per_s: {key!r} must be spelled {spelled!r}")
         for key in ("bf16", "fp16"):
             if key not in self.peak_dense_tflop_per_s:
                 raise ValueError(f"peak_dense_tflop_per_s: must give '{key}'")
+        peaks = self.peak_dense_tflop_per_s
+        if "fp32" in peaks and min(peaks["bf16"], peaks["fp16"]) < peaks["fp32"]:
+            # a 16-bit tensor-core peak below the CUDA-core fp32 one: a unit slip (PFLOP/s typed as TFLOP/s)
+            raise ValueError(f"peak_dense_tflop_per_s: bf16 ({peaks['bf16']:g}) and fp16 ({peaks['fp16']:g}) must be at "
+                             f"least fp32's ({peaks['fp32']:g}): every tensor-core GPU's are (TFLOP/s, not PFLOP/s)")
         domain, node = self.nvlink_domain_gpus, self.default_gpus_per_node
         if domain % node and node % domain:
             # nvlink_domain() could only guess what such a board means (it silently took the whole node)

@@ -123,3 +123,25 @@ def test_small_readings_of_definition_files(monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(monkeypatch, capsys, "whatif", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb",
                            "--gpus", "16", "--global-batch", "64", "--vary", "gpu=g.yaml,./g.yaml")
     assert code == 2 and "vary.gpu: lists one value more than once" in err
+
+
+def test_peak_table_slips_and_yaml_problems_are_named(tmp_path):
+    """A bf16 peak typed in PFLOP/s (0.99 beside fp32's 66.9) was read; fp8 as e4m3 was kept unused without a
+    word; mlp_bias got no note (attention_bias did); a broken YAML said only 'not valid YAML'."""
+    import perfmodel as pm
+    from perfmodel.errors import InputError
+    from perfmodel.structured_text import load_yaml
+    from pydantic import ValidationError
+
+    d = pm.load_gpu("h100-sxm5-80gb").model_dump()
+    slip = {**d["peak_dense_tflop_per_s"], "bf16": 0.9894, "fp16": 0.9894}
+    with pytest.raises(ValidationError, match="must be at least fp32's"):
+        pm.specs.AcceleratorSpec(**{**d, "peak_dense_tflop_per_s": slip})
+    e4m3 = {**{k: v for k, v in d["peak_dense_tflop_per_s"].items() if k != "fp8"}, "e4m3": 1979.0}
+    with pytest.raises(ValidationError, match="'e4m3' must be spelled 'fp8'"):
+        pm.specs.AcceleratorSpec(**{**d, "peak_dense_tflop_per_s": e4m3})
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**LLAMA, "mlp_bias": True}))
+    assert any("mlp_bias" in n for n in pm.load_model(cfg).notes)
+    with pytest.raises(InputError, match=r"not valid YAML \(mapping values are not allowed here\)"):
+        load_yaml("a: b: c\n", "model", "m.yaml")
