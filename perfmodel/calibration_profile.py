@@ -158,7 +158,7 @@ class Calibration(BaseModel):
         edited = _edited_catalog_values(spec, over)
         for key in edited:
             over.pop(key)
-            _say_once(f"note: gpu {spec.name}: the profile's {key} = {getattr(spec, key):g} (the catalog's is "
+            _say_once(f"gpu {spec.name}: the profile's {key} = {getattr(spec, key):g} (the catalog's is "
                       f"{edited[key]:g}) is used, not the calibration's {self.gpus[spec.name][key]:g} for that GPU")
         return spec.model_copy(update=over) if over else spec
 
@@ -169,9 +169,10 @@ _SAID: set[str] = set()
 
 
 def _say_once(text: str) -> None:
+    """``say_note`` once a process (a search or a what-if costs one GPU many times)."""
     if text not in _SAID:
         _SAID.add(text)
-        say_note(text.removeprefix("note: "))
+        say_note(text)
 
 
 def _edited_catalog_values(spec: AcceleratorSpec, over: dict) -> dict[str, float]:

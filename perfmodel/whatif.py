@@ -162,7 +162,7 @@ def _check_sweep(sweep: Mapping[str, Sequence]) -> dict[str, list]:
         repeated = list(dict.fromkeys(str(v.name if isinstance(v, AcceleratorSpec) else v)
                                       for v, k in zip(values, keys) if keys.count(k) > 1))
         if repeated:
-            raise InputError(f"sweep.{name}", f"lists one value more than once ({', '.join(repeated)})")
+            raise InputError(f"sweep.{name}", f"lists {' / '.join(repeated)} more than once")
         out[name] = values
     return out
 

@@ -152,13 +152,13 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if isinstance(nested, int) and not isinstance(nested, bool) and nested > 1:
         raise InputError("model", f"mixture-of-experts (ffn_config.moe_num_experts={nested}) is not modelled (dense "
                          "transformers only)", where=where)
-    if isinstance(nested, str) or (isinstance(ffn_block, dict) and nested is not None and not isinstance(nested, int)):
+    if nested is not None and (isinstance(nested, bool) or not isinstance(nested, int)):
         raise InputError("model.ffn_config.moe_num_experts", f"must be a JSON integer (got {nested!r})", where=where)
     # the classes that build experts (or latent attention) whatever the keys say: transformers fills their
     # defaults (MixtralConfig num_local_experts 8, DeepseekV2Config kv_lora_rank 512, ...)
-    mtype = str(cfg.get("model_type") or "").strip().lower()
-    if mtype in MOE_MODEL_TYPES:
-        raise InputError("model.model_type", f"{mtype!r} is a mixture-of-experts model (its class builds experts "
+    model_type = text("model_type")
+    if model_type in MOE_MODEL_TYPES:
+        raise InputError("model.model_type", f"{model_type!r} is a mixture-of-experts model (its class builds experts "
                          "by default): not modelled (dense transformers only)", where=where)
     for key in ("kv_lora_rank", "q_lora_rank"):
         if cfg.get(key) is not None:  # DeepSeek-V2/V3: low-rank compressed keys/values and queries
@@ -178,7 +178,6 @@ def _model_from_hf_config(cfg: dict, name: str, where: str) -> ModelSpec:
     if head_dim is not None and head_dim * heads != hidden:
         raise InputError("model.head_dim", f"head_dim * num_attention_heads ({head_dim}*{heads}) must equal "
                          f"hidden_size ({hidden}): decoupled head dims are not modelled", where=where)
-    model_type = text("model_type")
     act_key = found("hidden_act", "hidden_activation", "activation_function")
     act = text(act_key)
     if not act and not model_type:

@@ -37,9 +37,6 @@ def parse_vary(items: list[str]) -> dict[str, list]:
         except ValueError:
             kind = "whole numbers" if CASTS[name] is int else "numbers"
             raise InputError(f"vary.{name}", f"values must be {kind} (got {values!r})") from None
-        repeated = sorted({str(v) for v in out[name] if out[name].count(v) > 1})
-        if repeated:
-            raise InputError(f"vary.{name}", f"lists {', '.join(repeated)} more than once")
     return out
 
 

@@ -29,9 +29,26 @@ MAX_LATENCY_US = 1e6  # a second per collective step
 
 #: the precisions the model reads from a peak table (the GEMM benchmark CSV's dtypes are the same)
 PEAK_PRECISIONS = ("bf16", "fp16", "fp32", "tf32", "fp8", "mxfp8", "fp4", "nvfp4")
-#: other names of a peak-table precision (a datasheet's e4m3 row is the fp8 one)
-PEAK_ALIASES = {"e4m3": "fp8", "fp8e4m3": "fp8", "float8": "fp8", "bfloat16": "bf16", "float16": "fp16",
-                "half": "fp16", "float32": "fp32"}
+#: other spellings of a precision (torch / numpy / datasheet names: a GEMM CSV's dtype, a peak table's key)
+DTYPE_ALIASES = {
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+    "tensorfloat32": "tf32", "float8e4m3": "fp8", "float8e5m2": "fp8", "e4m3": "fp8",
+    "e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8",
+}
+"""Spellings after normalisation (lower case; spaces, '-' and '_' removed; a float8 'fn' / 'fnuz'
+suffix dropped): torch.float8_e4m3fn, 'FP8 e4m3' (kernels.csv), fp8-e5m2, float8_e4m3fnuz ..."""
+
+
+def canonical_dtype(name: object) -> str | None:
+    """``bf16`` for ``bf16`` / ``BFloat16`` / ``torch.bfloat16``, ``fp8`` for ``FP8 e4m3`` /
+    ``float8_e4m3fn``; None for an unknown name."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    for ch in " -_":
+        key = key.replace(ch, "")
+    if "e4m3" in key or "e5m2" in key:
+        key = key.removesuffix("fnuz").removesuffix("fn")
+    key = DTYPE_ALIASES.get(key, key)
+    return key if key in PEAK_PRECISIONS else None
 
 
 class AcceleratorSpec(BaseModel):
@@ -127,9 +144,8 @@ class AcceleratorSpec(BaseModel):
             # a datasheet's other rows (fp64, int8) are kept unused; a modelled precision spelled
             # otherwise (FP8, fp-8, BF16) would be silently unused too, so it is refused (before the bf16 /
             # fp16 check below, which would only say the base is missing)
-            spelled = "".join(ch for ch in key.lower() if ch not in "-_ ")
-            spelled = PEAK_ALIASES.get(spelled, spelled)  # e4m3 / float8 are fp8 here
-            if spelled in PEAK_PRECISIONS:
+            spelled = canonical_dtype(key)  # FP8, fp-8, e4m3, bfloat16 ...
+            if spelled is not None:
                 raise ValueError(f"peak_dense_tflop_per_s: {key!r} must be spelled {spelled!r}")
         for key in ("bf16", "fp16"):
             if key not in self.peak_dense_tflop_per_s:

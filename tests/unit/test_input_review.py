@@ -709,7 +709,7 @@ def test_cluster_build_rechecks_a_gpu_changed_with_model_copy():
     (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 16]}, gpu_precision=1), "gpu_precision"),
     (lambda pm, m, c, j: pm.whatif(m, c, j, {"zeropp_on": [1]}), "sweep.zeropp_on: values must be true or false"),
     (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": {8: 1}}), "sweep.gpus: must be a list of values, not a mapping"),
-    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 8]}), "sweep.gpus: lists one value more than once"),
+    (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpus": [8, 8]}), "sweep.gpus: lists 8 more than once"),
     (lambda pm, m, c, j: pm.whatif(m, c, j, {"gpu": ["h100-sxm5-80gb", "h100-sxm5-80gb"]}), "sweep.gpu: lists"),
     (lambda pm, m, c, j: pm.search(m, c, j, top=2, progress="yes"), "progress"),
     (lambda pm, m, c, j: pm.search(m, c, j, top=2, zeropp=1), "zeropp"),

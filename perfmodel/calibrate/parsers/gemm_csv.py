@@ -3,7 +3,7 @@
 Required columns: m, n, k (or M, N, K), dtype, and one of time_s / time_ms / time_us; optional
 ``batch`` (a batched GEMM, default 1). A GEMM of shape (m, k) x (k, n) does 2·m·n·k FLOPs (one
 multiply and one add per MAC), a batch of them 2·batch·m·n·k.
-``dtype`` is one of ``GEMM_DTYPES`` or a spelling in ``DTYPE_ALIASES`` (torch / numpy names);
+``dtype`` is one of ``GEMM_DTYPES`` or a spelling in ``specs.hardware.DTYPE_ALIASES`` (torch / numpy names);
 the returned column holds the canonical name. ``df.attrs`` keeps each row's file line
 (``lines``), the time column and the path, so later checks (the GPU's peak) can name the row, and
 the ``device=`` a ``#`` line above the header names (``device``, the collection kit writes it), so
@@ -19,7 +19,7 @@ import pandas as pd
 
 from perfmodel.calibrate.parsers._csv_table import read_csv_text, require_columns, require_unique_columns, to_numeric
 from perfmodel.errors import InputError, read_text_file
-from perfmodel.specs.hardware import PEAK_PRECISIONS
+from perfmodel.specs.hardware import DTYPE_ALIASES, PEAK_PRECISIONS, canonical_dtype  # noqa: F401 (re-exported)
 
 _TIME_UNITS_S = {"time_s": 1.0, "time_ms": 1e-3, "time_us": 1e-6}
 MAX_TIME_S = 86400.0
@@ -28,25 +28,6 @@ MAX_DIM = 2**31
 """Largest m, n or k accepted: 2^31 (a 2^31 x 2^31 bf16 operand would be 8 EiB)."""
 GEMM_DTYPES = PEAK_PRECISIONS
 """Precisions with a dense peak in the hardware profiles (``peak_dense_tflop_per_s`` keys)."""
-DTYPE_ALIASES = {
-    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
-    "tensorfloat32": "tf32", "float8e4m3": "fp8", "float8e5m2": "fp8", "e4m3": "fp8",
-    "e5m2": "fp8", "fp8e4m3": "fp8", "fp8e5m2": "fp8",
-}
-"""Spellings after normalisation (lower case; spaces, '-' and '_' removed; a float8 'fn' / 'fnuz'
-suffix dropped): torch.float8_e4m3fn, 'FP8 e4m3' (kernels.csv), fp8-e5m2, float8_e4m3fnuz ..."""
-
-
-def canonical_dtype(name: object) -> str | None:
-    """``bf16`` for ``bf16`` / ``BFloat16`` / ``torch.bfloat16``, ``fp8`` for ``FP8 e4m3`` /
-    ``float8_e4m3fn``; None for an unknown name."""
-    key = str(name).strip().lower().removeprefix("torch.")
-    for ch in " -_":
-        key = key.replace(ch, "")
-    if "e4m3" in key or "e5m2" in key:
-        key = key.removesuffix("fnuz").removesuffix("fn")
-    key = DTYPE_ALIASES.get(key, key)
-    return key if key in GEMM_DTYPES else None
 
 
 def allowed_dtypes_text() -> str:
