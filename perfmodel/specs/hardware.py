@@ -25,6 +25,9 @@ PeakTflopPerS = Annotated[float, BeforeValidator(strict_number), Field(ge=1e-3, 
 MIN_MATMUL_EFFICIENCY = 0.05
 MAX_GPUS_PER_DOMAIN = MAX_GPUS  # like --gpus
 MAX_LATENCY_US = 1e6  # a second per collective step
+#: HBM bandwidth per 16-bit tensor-core TFLOP/s below which a GPU file is refused: real GPUs have 2.4 (L40S) to
+#: 7.2 (V100) GB/s per TFLOP/s (datasheets), so 0.1 is 24x below any of them and 30x above a TB/s-as-GB/s slip
+MIN_HBM_GB_PER_S_PER_TFLOP = 0.1
 
 
 #: the precisions the model reads from a peak table (the GEMM benchmark CSV's dtypes are the same)
@@ -155,6 +158,14 @@ class AcceleratorSpec(BaseModel):
             # a 16-bit tensor-core peak below the CUDA-core fp32 one: a unit slip (PFLOP/s typed as TFLOP/s)
             raise ValueError(f"peak_dense_tflop_per_s: bf16 ({peaks['bf16']:g}) and fp16 ({peaks['fp16']:g}) must be at "
                              f"least fp32's ({peaks['fp32']:g}): every tensor-core GPU's are (TFLOP/s, not PFLOP/s)")
+        peak16 = max(peaks["bf16"], peaks["fp16"])
+        if self.hbm_bandwidth_gb_per_s / peak16 < MIN_HBM_GB_PER_S_PER_TFLOP:
+            # every tensor-core GPU moves 2.4-7.2 GB/s of HBM per 16-bit TFLOP/s (L40S ... V100); 1,000x
+            # fewer is a TB/s figure typed as GB/s, which would cost every element-wise pass 1,000x too long
+            raise ValueError(
+                f"hbm_bandwidth_gb_per_s ({self.hbm_bandwidth_gb_per_s:g}) must be at least "
+                f"{MIN_HBM_GB_PER_S_PER_TFLOP:g} GB/s per 16-bit TFLOP/s of peak ({peak16:g} TFLOP/s: at least "
+                f"{MIN_HBM_GB_PER_S_PER_TFLOP * peak16:g} GB/s); real GPUs have 2.4-7.2 (GB/s, not TB/s)")
         domain, node = self.nvlink_domain_gpus, self.default_gpus_per_node
         if domain % node and node % domain:
             # nvlink_domain() could only guess what such a board means (it silently took the whole node)

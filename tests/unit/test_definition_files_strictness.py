@@ -145,3 +145,17 @@ def test_peak_table_slips_and_yaml_problems_are_named(tmp_path):
     assert any("mlp_bias" in n for n in pm.load_model(cfg).notes)
     with pytest.raises(InputError, match=r"not valid YAML \(mapping values are not allowed here\)"):
         load_yaml("a: b: c\n", "model", "m.yaml")
+
+
+def test_an_hbm_bandwidth_in_tb_per_s_is_refused(monkeypatch, capsys, tmp_path):
+    """2.039 (A100 80 GB's TB/s, written in the GB/s field) was read: every element-wise pass cost 1,000x."""
+    text = A100_YAML.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("hbm_bandwidth_gb_per_s:"))
+    gpu = tmp_path / "g.yaml"
+    gpu.write_text(text.replace(line, "hbm_bandwidth_gb_per_s: 2.039"))
+    code, _, err = _estimate(monkeypatch, capsys, "llama3-8b", gpu)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "hbm_bandwidth_gb_per_s (2.039) must be at least 0.1 GB/s per 16-bit TFLOP/s" in err
+    gpu.write_text(text.replace(line, "hbm_bandwidth_gb_per_s: 400"))  # a slow but real memory: read
+    code, out, _ = _estimate(monkeypatch, capsys, "llama3-8b", gpu)
+    assert code == 0 and out["iteration_time_s"] > 0
