@@ -338,7 +338,12 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     kv_block = ACT_BYTES * 2.0 * b * s_loc * kv_w / tp
     cp_step = coll("send_recv", kv_block, cp, tp) if not np.all(ulysses_on) else 0.0
     cp_f = (cp - 1.0) * cp_step
-    ring_layer_s = np.maximum(cp_f - attn_f, 0.0) + np.maximum(2.0 * cp_f - attn_b, 0.0)
+    # the exchange runs on its own stream behind the attention kernels and, where the host's dispatch time
+    # sets the phase (layer_f above its kernels), behind the GPU's idle wait for the host too: a faster
+    # attention then leaves the phase as long and the exchange no more exposed
+    ring_hide_f = attn_f + (layer_f - (gemm_f + attn_f + elem_f + cast_f))
+    ring_hide_b = attn_b + (layer_b - (2.0 * gemm_f + attn_b + 2.0 * elem_f + cast_b))
+    ring_layer_s = np.maximum(cp_f - ring_hide_f, 0.0) + np.maximum(2.0 * cp_f - ring_hide_b, 0.0)
     # Ulysses (Jacobs et al. 2023, arXiv 2309.14509): all-to-all of Q, K, V before attention and of
     # the output after it (heads scattered, sequence gathered), the same again in backward; not overlapped.
     # One collective per tensor (DeepSpeed's DistributedAttention: _SeqAllToAll of query, key, value and
@@ -353,7 +358,7 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # exchange; torchtitan's op-level policy keeps the attention output): the ring's exposed forward
     # part, or Ulysses' forward all-to-alls
     reruns_attention = (rc == RECOMPUTE_FULL) | ((rc == RECOMPUTE_SELECTIVE) & np.logical_not(alt_mm))
-    cp_rerun_s = np.where(ulysses_on, 0.5 * ulysses_layer_s, np.maximum(cp_f - attn_f, 0.0))
+    cp_rerun_s = np.where(ulysses_on, 0.5 * ulysses_layer_s, np.maximum(cp_f - ring_hide_f, 0.0))
     cp_layer_s = cp_layer_s + np.where(reruns_attention, cp_rerun_s, 0.0)
     # the CP exchange each phase waits on (the forward's is what a re-run repeats; the backward's is the
     # rest, the re-run's included): a phase lasts its compute plus this, and every other collective that
@@ -420,10 +425,10 @@ def step_costs(x: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     # overhead, which every stage pays, stays as it is, the exposed offload copies scale with the stages (below)
     busy_stage_s = busy_layers * layer_s + busy_logits * head_s
     fill_drain_s = fill_drain_stage_s(L, pp, layer_s, head_s, busy_stage_s)
-    # the lighter stages copy and compute in proportion (their layers): their copies stay exposed in
-    # the same proportion, so a faster GPU that shortens the busiest stage's phases (and exposes more of
-    # its copy) shortens the bubble's slots too
-    light = np.where(busy_stage_s > 0, fill_drain_s / np.where(busy_stage_s > 0, busy_stage_s, 1.0), 1.0)
+    # the other stages copy and compute in proportion to their layers (a copy and its phase are both per
+    # layer), so their exposed copies are the fullest stage's scaled by their mean layer count: a count, not
+    # a time ratio, which a faster GEMM would tilt (the head, on one stage, shrinks), exposing more copy
+    light = np.clip((L - busy_layers) / np.maximum(pp - 1.0, 1.0) / np.maximum(layers, 1.0), 0.0, 1.0)
     bubble_mb_s = per_mb - busy_stage_s - offload_mb + fill_drain_s + light * offload_mb
 
     # ---- pipeline: send/recv of b s h / t per micro-batch and virtual stage, both ways ------

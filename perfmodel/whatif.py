@@ -180,6 +180,20 @@ class _Point(NamedTuple):
     """Why the point itself is inconsistent (e.g. a GPU count that tp x pp x cp does not divide); '' when it is not."""
 
 
+def _gpu_labels(values: Sequence) -> list[str]:
+    """The ``gpu`` column's label of each swept GPU: its name, or, where two different profiles share that
+    name (an edited copy of a catalog file beside the catalog's), the name and the value given, so the rows
+    tell them apart."""
+    from perfmodel.catalog import load_gpu
+
+    specs = [v if isinstance(v, AcceleratorSpec) else load_gpu(str(v)) for v in values]
+    kinds: dict[str, set[str]] = {}
+    for spec in specs:
+        kinds.setdefault(spec.name, set()).add(spec.model_dump_json())
+    return [f"{spec.name} ({v if not isinstance(v, AcceleratorSpec) else f'#{i + 1}'})"
+            if len(kinds[spec.name]) > 1 else spec.name for i, (v, spec) in enumerate(zip(values, specs))]
+
+
 def _point(cluster: ClusterSpec, job: JobSpec, base_cal: Calibration | None, values: dict[str, Any],
            gpu_precision: bool = False) -> _Point:
     """The specs of one point of the sweep; ``gpu_precision``: the job named no precision, so each
@@ -346,8 +360,12 @@ def whatif(
         parallel = parallel.model_copy(update={"zero_stage": default_zero_stage(job.framework)})
     gpu_precision = gpu_precision or not job.precision_stated
     names = list(sweep)
-    points = [_point(cluster, job, calibration, dict(zip(names, combo)), gpu_precision)
-              for combo in itertools.product(*sweep.values())]
+    combos = list(itertools.product(*sweep.values()))
+    points = [_point(cluster, job, calibration, dict(zip(names, combo)), gpu_precision) for combo in combos]
+    if "gpu" in sweep:
+        labels = _gpu_labels(sweep["gpu"])
+        for p, combo in zip(points, combos):
+            p.shown["gpu"] = labels[sweep["gpu"].index(combo[names.index("gpu")])]
     if mode == "fixed":
         rows = _run_fixed(points, parallel, model, "zeropp_on" in sweep, job.framework)
     else:

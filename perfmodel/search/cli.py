@@ -30,6 +30,8 @@ def _table(df, cols: list[tuple[str, str, str]]) -> str:
                 v = "on" if v else "off"
             elif k == "cp_kind" and rec.get("cp", 1) == 1:
                 v = "-"  # no context parallelism: no kind
+            elif k == "zeropp" and str(v) == "":
+                v = "-"  # no ZeRO++ part: a blank cell would shift a whitespace-split reading
             row.append(format(v, fmt) if fmt else str(v))
         cells.append(row)
     widths = [max(len(r[j]) for r in cells) for j in range(len(cols))]

@@ -419,3 +419,19 @@ def test_bar_layout_labels_only_where_a_bar_holds_them(n_gpus_types, layouts_sho
     fig = whatif_figure(df, sweep=["gpu", "gpus"] if n_gpus_types == 4 else ["gpu"])
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts and all(("tp2 pp4 dp16 cp4-ulysses" in t) is layouts_shown for t in texts)
+
+
+def test_two_gpu_profiles_of_one_name_are_told_apart(tmp_path):
+    """An edited copy of a catalog GPU file beside the catalog's: both rows read 'h100-sxm5-80gb' before."""
+    from perfmodel.catalog import PROFILES_DIR
+
+    text = (PROFILES_DIR / "h100-sxm5-80gb.yaml").read_text()
+    assert "hbm_bandwidth_gb_per_s: 3350.0" in text
+    edited = tmp_path / "h100_slow_hbm.yaml"
+    edited.write_text(text.replace("hbm_bandwidth_gb_per_s: 3350.0", "hbm_bandwidth_gb_per_s: 1675"))
+    df = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", str(edited), "h200-sxm-141gb"]},
+                   mode="fixed", parallel=PAR)
+    assert list(df["gpu"]) == ["h100-sxm5-80gb (h100-sxm5-80gb)", f"h100-sxm5-80gb ({edited})", "h200-sxm-141gb"]
+    assert df["iteration_time_s"].iloc[1] > df["iteration_time_s"].iloc[0]
+    same = pm.whatif(MODEL, CLUSTER, JOB, {"gpu": ["h100-sxm5-80gb", "h200-sxm-141gb"]}, mode="fixed", parallel=PAR)
+    assert list(same["gpu"]) == ["h100-sxm5-80gb", "h200-sxm-141gb"]  # distinct names stay bare
