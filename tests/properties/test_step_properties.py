@@ -305,8 +305,8 @@ def test_a_faster_gpu_is_never_slower(cfg, factor, what, offload):
     (GB300, GB200's silicon with faster attention, came out 1.9% slower on a CP 4 job). Likewise a phase
     that waits on its activation offload copy (H200 came out up to 4.6% slower than H100 with offloading
     on: the shorter phases hid less of the DP reduction, and the bubble charged the longer exposed copy
-    on every slot). With offloading the bubble's lighter stages are taken to copy in proportion to their
-    time, which leaves a few 1e-4 of the step where the head's share of the last stage shifts."""
+    on every slot). The bubble's other stages copy in proportion to their layers (until 2026-12-02 to their
+    time, which a faster GEMM tilted: up to 0.56% slower with offloading on)."""
     offload = offload if cfg.par.pp >= 3 else 0.0  # (activation offloading needs pp >= 3: Megatron-Kwai)
     cfg = cfg.with_par(offload_fraction=offload)
     gpu = cfg.gpu
@@ -317,4 +317,4 @@ def test_a_faster_gpu_is_never_slower(cfg, factor, what, offload):
     if what in ("hbm", "both"):
         update["hbm_bandwidth_gb_per_s"] = gpu.hbm_bandwidth_gb_per_s * factor
     faster = Config(cfg.model, gpu.model_copy(update=update), cfg.par, cfg.job, cfg.scale_out, cfg.gpn)
-    assert run(faster).iteration_time_s <= run(cfg).iteration_time_s * (1 + (1e-3 if offload else 1e-9))
+    assert run(faster).iteration_time_s <= run(cfg).iteration_time_s * (1 + 1e-9)
